@@ -1,0 +1,75 @@
+"""The ``xmq`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from pydantic import ValidationError
+
+from xmq import __version__
+from xmq.config import BrokerConfig, ListenerConfig, load_config
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="xmq", description="XMQ MQTT broker")
+    parser.add_argument("--version", action="version", version=f"xmq {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run a broker node (in memory by default)")
+    serve.add_argument("-c", "--config", help="YAML configuration file")
+    serve.add_argument("--host", help="bind address of the default listener")
+    serve.add_argument("--port", type=int, help="port of the default listener (0: any free)")
+
+    check = commands.add_parser("check-config", help="validate a configuration file")
+    check.add_argument("file")
+
+    commands.add_parser(
+        "bench", help="run a benchmark scenario (see xmq bench --help)", add_help=False
+    )
+    return parser
+
+
+def _config_error(error: ValidationError) -> str:
+    lines = []
+    for item in error.errors():
+        where = ".".join(str(part) for part in item["loc"]) or "(root)"
+        lines.append(f"  {where}: {item['msg']}")
+    return "invalid configuration:\n" + "\n".join(lines)
+
+
+def _load(path: str | None, host: str | None = None, port: int | None = None) -> BrokerConfig:
+    config = load_config(path)
+    if host is not None or port is not None:
+        first = config.listeners[0] if config.listeners else ListenerConfig()
+        changed = first.model_copy(
+            update={k: v for k, v in (("host", host), ("port", port)) if v is not None}
+        )
+        config = config.model_copy(update={"listeners": (changed, *config.listeners[1:])})
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["bench"]:
+        from xmq.bench.cli import main as bench_main
+
+        return bench_main(args_list[1:])
+    args = _parser().parse_args(args_list)
+    try:
+        if args.command == "check-config":
+            load_config(args.file)
+            print(f"{args.file}: OK")
+            return 0
+        if args.command == "serve":
+            from xmq.app.server import serve
+
+            return serve(_load(args.config, args.host, args.port))
+    except ValidationError as error:
+        print(_config_error(error), file=sys.stderr)
+        return 2
+    except FileNotFoundError as error:
+        print(str(error), file=sys.stderr)
+        return 2
+    return 2

@@ -1,0 +1,129 @@
+"""Composition root of one broker node: config -> core + adapters, signals, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from xmq import __version__
+from xmq.codec.reason_codes import ReasonCode
+from xmq.config import BrokerConfig
+from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator, Authenticator, Authorizer
+from xmq.core.broker import Broker
+from xmq.core.session import QueueLimits
+from xmq.core.settings import CoreSettings
+from xmq.core.sys_topics import SysPublisher
+from xmq.net.listeners import ListenerSet
+from xmq.protocol.connect_terms import ServerLimits
+
+log = logging.getLogger("xmq.app")
+
+
+def core_settings(config: BrokerConfig) -> CoreSettings:
+    """Translate the configuration into the core's plain settings."""
+    mqtt = config.mqtt
+    limits = config.limits
+    return CoreSettings(
+        node_id=config.node_id,
+        limits=ServerLimits(
+            max_packet_size=mqtt.max_packet_size,
+            receive_maximum=mqtt.receive_maximum,
+            max_keepalive_s=mqtt.max_keepalive_s,
+            topic_alias_maximum=mqtt.topic_alias_maximum,
+            maximum_qos=mqtt.maximum_qos,
+            retain_available=mqtt.retain_available,
+            max_session_expiry_s=mqtt.max_session_expiry_s,
+            max_client_id_length=mqtt.max_client_id_length,
+        ),
+        queues=QueueLimits(
+            limits.max_queued_messages,
+            limits.max_queued_bytes,
+            limits.memory_budget_bytes,
+            limits.max_inflight_messages,
+        ),
+        max_topic_length=mqtt.max_topic_length,
+        max_topic_levels=mqtt.max_topic_levels,
+        max_subscriptions_per_client=mqtt.max_subscriptions_per_client,
+        max_write_buffer_bytes=limits.max_write_buffer_bytes,
+        sys_interval_s=config.sys.interval_s,
+        version=__version__,
+    )
+
+
+def build_auth(config: BrokerConfig) -> tuple[Authenticator, Authorizer]:
+    """The embedded default: anonymous access (accounts file and PostgreSQL come later)."""
+    if config.auth.accounts_file is not None:
+        raise NotImplementedError("accounts_file is not supported yet")
+    return AnonymousAuthenticator(config.auth.allow_anonymous), AllowAll()
+
+
+class BrokerNode:
+    """One running broker process: the core, its listeners and its periodic jobs."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker = Broker(core_settings(config))
+        authenticator, authorizer = build_auth(config)
+        self.listeners = ListenerSet(
+            self.broker, authenticator, authorizer, config.mqtt.max_packet_size
+        )
+        self.sys = SysPublisher(self.broker, config.sys.interval_s)
+        self.stopping = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.listeners.start(self.config.listeners)
+        self.sys.start()
+        for bound in self.listeners.bound:
+            # One line per listener on stdout: scripts and tests read the resolved ports.
+            print(
+                f"xmq: listening {bound.name} {bound.protocol} {bound.host}:{bound.port}",
+                flush=True,
+            )
+
+    async def shutdown(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, tell MQTT 5 clients the server is shutting down, flush, close."""
+        self.listeners.stop_accepting()
+        self.sys.stop()
+        for conn in list(self.broker.connections):
+            conn.close_with(ReasonCode.SERVER_SHUTTING_DOWN, "server shutting down")
+        try:
+            await asyncio.wait_for(self.listeners.idle.wait(), grace_s)
+        except TimeoutError:
+            for client in list(self.listeners.clients):
+                client.abort()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self.stopping.set)
+        await self.start()
+        await self.stopping.wait()
+        log.info("shutting down")
+        await self.shutdown()
+
+
+def configure_logging(config: BrokerConfig) -> None:
+    logging.basicConfig(
+        level=config.log.level,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+def serve(config: BrokerConfig) -> int:
+    """Run one broker node until SIGTERM/SIGINT."""
+    configure_logging(config)
+    if config.use_uvloop:
+        import uvloop
+
+        uvloop.install()
+    node_coro = _run_node(config)
+    asyncio.run(node_coro)
+    return 0
+
+
+async def _run_node(config: BrokerConfig) -> None:
+    node = BrokerNode(config)
+    await node.run()

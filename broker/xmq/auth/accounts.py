@@ -1,0 +1,103 @@
+"""The account model shared by the account stores, and the password-login decision."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Final
+
+from xmq.auth.verifiers import ScramCredentials, verify_password
+from xmq.core.auth_ports import (
+    AUTH_BAD_USERNAME_OR_PASSWORD,
+    AUTH_NOT_AUTHORIZED,
+    AUTH_SUCCESS,
+    AuthDecision,
+)
+
+DEFAULT_GROUP: Final = "default"
+"""Every account is in this group."""
+ANONYMOUS_GROUP: Final = "anonymous"
+"""The group of clients that connect without a user name (when anonymous access is allowed)."""
+
+
+class AccountStoreUnavailableError(Exception):
+    """The account store could not be reached (maps to 0x88 Server unavailable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AccountRecord:
+    username: str
+    verifier: str | None
+    scram: ScramCredentials | None
+    enabled: bool
+    groups: tuple[str, ...]
+    """Always contains DEFAULT_GROUP."""
+
+
+def with_default_group(groups: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    ordered = dict.fromkeys([DEFAULT_GROUP, *groups])
+    return tuple(ordered)
+
+
+def bad_credentials(reason: str = "bad user name or password") -> AuthDecision:
+    return AuthDecision(AUTH_BAD_USERNAME_OR_PASSWORD, reason_string=reason)
+
+
+def decision_for(record: AccountRecord) -> AuthDecision:
+    """The decision for a user whose password (or SCRAM proof) was right."""
+    if not record.enabled:
+        return AuthDecision(
+            AUTH_NOT_AUTHORIZED, username=record.username, reason_string="account disabled"
+        )
+    return AuthDecision(AUTH_SUCCESS, username=record.username, groups=record.groups)
+
+
+async def verify_in_thread(password: bytes, verifier: str) -> bool:
+    """Slow-hash verification off the event loop."""
+    return await asyncio.to_thread(verify_password, password, verifier)
+
+
+class VerifiedPasswords:
+    """Remembers successful verifications, so a reconnect storm costs no slow hashing.
+
+    Keys are HMACs of the password under a per-process random key, tied to the exact
+    verifier string (a password change or re-hash invalidates them). Bounded, LRU.
+    """
+
+    __slots__ = ("_key", "_entries", "_limit")
+
+    def __init__(self, limit: int = 100_000) -> None:
+        self._key = os.urandom(32)
+        self._entries: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self._limit = limit
+
+    def _tag(self, username: str, password: bytes) -> bytes:
+        return hmac.digest(self._key, username.encode() + b"\x00" + password, hashlib.sha256)
+
+    def check(self, username: str, verifier: str, password: bytes) -> bool:
+        entry = self._entries.get(username)
+        if entry is None or entry[0] != verifier:
+            return False
+        if not hmac.compare_digest(entry[1], self._tag(username, password)):
+            return False
+        self._entries.move_to_end(username)
+        return True
+
+    def remember(self, username: str, verifier: str, password: bytes) -> None:
+        self._entries[username] = (verifier, self._tag(username, password))
+        self._entries.move_to_end(username)
+        while len(self._entries) > self._limit:
+            self._entries.popitem(last=False)
+
+    def forget(self, username: str) -> None:
+        self._entries.pop(username, None)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)

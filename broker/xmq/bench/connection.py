@@ -1,0 +1,304 @@
+"""One MQTT connection of the load client: an ``asyncio.Protocol`` with an inline hot path.
+
+Inbound PUBLISH frames are split, acknowledged (PUBACKs of one read are written together) and
+accounted without building any object per message: the 16-byte payload is always the last 16
+bytes of the frame, so topic and properties need not be parsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from time import monotonic_ns
+from typing import cast
+
+from xmq.bench.accounting import SeqTracker
+from xmq.bench.histogram import BUCKETS
+from xmq.bench.packets import (
+    CONNACK,
+    DISCONNECT,
+    DISCONNECT_EXPIRE_SESSION_PACKET,
+    DISCONNECT_PACKET,
+    MQTT_V5,
+    PAYLOAD,
+    PINGREQ_PACKET,
+    SUBACK,
+    Connack,
+    Frame,
+    PublishTemplate,
+    decode_connack,
+    decode_suback,
+    decode_varint,
+)
+
+_unpack_payload = PAYLOAD.unpack_from
+
+
+class IntervalCounters:
+    """What one worker counted during the current interval (swapped at each boundary)."""
+
+    __slots__ = (
+        "sent",
+        "delivered",
+        "duplicates",
+        "hist",
+        "lat_sum_us",
+        "lat_max_us",
+        "send_lag_max_us",
+        "held_back",
+        "connection_losses",
+    )
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.delivered = 0
+        self.duplicates = 0
+        self.hist = [0] * BUCKETS
+        self.lat_sum_us = 0
+        self.lat_max_us = 0
+        self.send_lag_max_us = 0
+        self.held_back = 0
+        self.connection_losses = 0
+
+
+class CounterSink:
+    """Holder of the worker's current counters, shared by all its connections."""
+
+    __slots__ = ("counters", "disconnect_reasons", "live")
+
+    def __init__(self) -> None:
+        self.counters = IntervalCounters()
+        self.disconnect_reasons: dict[int, int] = {}
+        self.live = 0
+
+    def record_lag(self, lag_us: int) -> None:
+        counters = self.counters
+        if lag_us > counters.send_lag_max_us:
+            counters.send_lag_max_us = lag_us
+
+    def swap(self) -> IntervalCounters:
+        done = self.counters
+        self.counters = IntervalCounters()
+        return done
+
+
+class BenchConnection(asyncio.Protocol):
+    """A publisher, a subscriber, or an idle client (all three share this class)."""
+
+    def __init__(
+        self,
+        sink: CounterSink,
+        connect_packet: bytes,
+        *,
+        protocol: int = MQTT_V5,
+        trackers: dict[int, SeqTracker] | None = None,
+        template: PublishTemplate | None = None,
+        publisher_id: int = -1,
+    ) -> None:
+        self.sink = sink
+        self.protocol = protocol
+        self.trackers: dict[int, SeqTracker] = trackers if trackers is not None else {}
+        self.template = template
+        self.publisher_id = publisher_id
+        self.transport: asyncio.Transport | None = None
+        self.connect_packet = connect_packet
+        self.connect_sent_ns = 0
+        self.connack_ns = 0
+        loop = asyncio.get_running_loop()
+        self.connack: asyncio.Future[Connack] = loop.create_future()
+        self.suback: asyncio.Future[list[int]] | None = None
+        self.closed: asyncio.Future[None] = loop.create_future()
+        self.receive_maximum = 65535
+        self.inflight = 0
+        self.backlog = 0
+        self.next_packet_id = 0
+        self.seq = 0
+        self.closing = False
+        self.connected = False
+        self._rest = b""
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's class is not a subclass
+        self.transport = transport
+        self.connect_sent_ns = monotonic_ns()
+        transport.write(self.connect_packet)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.connected:
+            self.sink.live -= 1
+            self.connected = False
+            if not self.closing:
+                self.sink.counters.connection_losses += 1
+        error = ConnectionError(f"connection lost: {exc!r}" if exc else "connection closed")
+        for future in (self.connack, self.suback):
+            if future is not None and not future.done():
+                future.set_exception(error)
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def data_received(self, data: bytes) -> None:
+        if self._rest:
+            data = self._rest + data
+            self._rest = b""
+        now = monotonic_ns()
+        counters = self.sink.counters
+        hist = counters.hist
+        trackers = self.trackers
+        acks: list[bytes] | None = None
+        size = len(data)
+        pos = 0
+        while size - pos >= 2:
+            first = data[pos]
+            length = data[pos + 1]
+            start = pos + 2
+            if length & 0x80:
+                decoded = decode_varint(data, pos + 1)
+                if decoded is None:
+                    break
+                length, start = decoded
+            end = start + length
+            if end > size:
+                break
+            kind = first >> 4
+            if kind == 3:
+                if first & 0x06:
+                    at = start + 2 + ((data[start] << 8) | data[start + 1])
+                    if acks is None:
+                        acks = [b"\x40\x02" + data[at : at + 2]]
+                    else:
+                        acks.append(b"\x40\x02" + data[at : at + 2])
+                if length >= 18:
+                    sent_ns, seq, publisher = _unpack_payload(data, end - 16)
+                    tracker = trackers.get(publisher)
+                    if tracker is None:
+                        tracker = trackers[publisher] = SeqTracker()
+                    # SeqTracker.record, inlined for the common case (bitmap large enough)
+                    bits = tracker.bits
+                    index = seq >> 3
+                    if index < len(bits):
+                        byte = bits[index]
+                        mask = 1 << (seq & 7)
+                        fresh = not byte & mask
+                        if fresh:
+                            bits[index] = byte | mask
+                            tracker.unique += 1
+                            if seq > tracker.highest:
+                                tracker.highest = seq
+                            else:
+                                tracker.out_of_order += 1
+                        else:
+                            tracker.duplicates += 1
+                    else:
+                        fresh = tracker.record(seq)
+                    if fresh:
+                        latency = (now - sent_ns) // 1000
+                        # histogram.bucket_index, inlined
+                        if latency < 32:
+                            bucket = latency if latency > 0 else 0
+                        else:
+                            shift = latency.bit_length() - 5
+                            bucket = (shift << 4) + (latency >> shift)
+                            if bucket >= BUCKETS:
+                                bucket = BUCKETS - 1
+                        hist[bucket] += 1
+                        counters.delivered += 1
+                        counters.lat_sum_us += latency
+                        if latency > counters.lat_max_us:
+                            counters.lat_max_us = latency
+                    else:
+                        counters.duplicates += 1
+            elif kind == 4:
+                self.inflight -= 1
+                if self.backlog:
+                    self.backlog -= 1
+                    self._send(1, now)
+            else:
+                self._control(Frame(first, data[start:end]))
+            pos = end
+        if pos < size:
+            self._rest = data[pos:]
+        if acks is not None and self.transport is not None:
+            self.transport.write(acks[0] if len(acks) == 1 else b"".join(acks))
+
+    # -- control path -----------------------------------------------------------------------
+    def _control(self, frame: Frame) -> None:
+        kind = frame.packet_type
+        if kind == CONNACK:
+            self.connack_ns = monotonic_ns()
+            try:
+                connack = decode_connack(frame, self.protocol)
+            except ValueError as exc:
+                if not self.connack.done():
+                    self.connack.set_exception(exc)
+                return
+            if connack.reason_code == 0:
+                self.connected = True
+                self.sink.live += 1
+                self.receive_maximum = connack.receive_maximum
+            if not self.connack.done():
+                self.connack.set_result(connack)
+        elif kind == SUBACK:
+            if self.suback is not None and not self.suback.done():
+                try:
+                    self.suback.set_result(decode_suback(frame, self.protocol)[1])
+                except ValueError as exc:
+                    self.suback.set_exception(exc)
+        elif kind == DISCONNECT:
+            reason = frame.body[0] if frame.body else 0
+            reasons = self.sink.disconnect_reasons
+            reasons[reason] = reasons.get(reason, 0) + 1
+
+    # -- actions ----------------------------------------------------------------------------
+    def subscribe(self, packet: bytes) -> asyncio.Future[list[int]]:
+        self.suback = asyncio.get_running_loop().create_future()
+        if self.transport is not None:
+            self.transport.write(packet)
+        return self.suback
+
+    def publish(self, count: int, now_ns: int) -> None:
+        """Send ``count`` scheduled messages now; beyond the broker's window they wait."""
+        room = self.receive_maximum - self.inflight
+        if self.template is not None and self.template.qos == 0:
+            room = count
+        if count > room:
+            held = count - max(room, 0)
+            self.backlog += held
+            self.sink.counters.held_back += held
+            count = max(room, 0)
+        if count:
+            self._send(count, now_ns)
+
+    def _send(self, count: int, now_ns: int) -> None:
+        template = self.template
+        transport = self.transport
+        if template is None or transport is None or transport.is_closing():
+            return
+        publisher = self.publisher_id
+        seq = self.seq
+        packet_id = self.next_packet_id
+        frames = []
+        for _ in range(count):
+            packet_id = packet_id + 1 if packet_id < 65535 else 1
+            frames.append(template.encode(packet_id, now_ns, seq, publisher))
+            seq += 1
+        self.seq = seq
+        self.next_packet_id = packet_id
+        if template.qos:
+            self.inflight += count
+        self.sink.counters.sent += count
+        transport.write(frames[0] if count == 1 else b"".join(frames))
+
+    def ping(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(PINGREQ_PACKET)
+
+    def disconnect(self, *, expire_session: bool = False) -> None:
+        """Normal DISCONNECT; ``expire_session`` (MQTT 5) also ends a persistent session."""
+        self.closing = True
+        transport = self.transport
+        if transport is not None and not transport.is_closing():
+            if expire_session and self.protocol == MQTT_V5:
+                transport.write(DISCONNECT_EXPIRE_SESSION_PACKET)
+            else:
+                transport.write(DISCONNECT_PACKET)
+            transport.close()

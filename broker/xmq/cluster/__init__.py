@@ -1,0 +1,1 @@
+"""xmq.cluster"""

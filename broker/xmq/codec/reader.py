@@ -1,0 +1,123 @@
+"""The streaming decoder: bytes in, complete packets out.
+
+``PacketReader.feed`` is called from ``data_received`` with each chunk. When nothing is buffered
+(the common case: a read holding whole packets) it decodes straight from the chunk by offsets;
+only an incomplete tail is copied into the internal ``bytearray``, and a partial packet is not
+looked at again until enough bytes for it have arrived (no quadratic re-scans of big packets).
+The size limit is checked as soon as a fixed header is complete, before the body is waited for.
+"""
+
+from __future__ import annotations
+
+from xmq.codec.errors import MalformedPacket, PacketTooLarge, ProtocolError
+from xmq.codec.packet_decoder import LOW_LEVEL_ERRORS, decode_body, decode_packet, decode_publish
+from xmq.codec.packets import Connect, Packet
+from xmq.codec.wire import Buffer
+
+#: The largest packet MQTT can express: 1 + 4 header bytes + 268,435,455 body bytes.
+MAX_PACKET_SIZE = 268_435_460
+
+
+class PacketReader:
+    """Incremental MQTT decoder for one connection (either direction).
+
+    ``protocol_version`` is 0 until a CONNECT is decoded (packets are then read by 3.1.1
+    rules), or may be set by the caller (e.g. a client after sending its CONNECT). After a
+    ProtocolError the reader drops its buffer; the connection is expected to close.
+    """
+
+    __slots__ = ("_buffer", "_needed", "max_packet_size", "protocol_version")
+
+    def __init__(self, max_packet_size: int = MAX_PACKET_SIZE, protocol_version: int = 0) -> None:
+        self._buffer = bytearray()
+        self._needed = 0
+        self.max_packet_size = max_packet_size
+        self.protocol_version = protocol_version
+
+    @property
+    def buffered(self) -> int:
+        """Number of bytes received but not yet decoded."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[Packet]:
+        """Add received bytes; return every packet they complete, in order."""
+        buffer = self._buffer
+        if buffer:
+            buffer += data
+            if len(buffer) < self._needed:
+                return []
+            src = bytes(buffer)
+            buffer.clear()
+        elif type(data) is bytes:
+            src = data
+        else:
+            src = bytes(data)
+        packets: list[Packet] = []
+        pos = 0
+        end = len(src)
+        limit = self.max_packet_size
+        version = self.protocol_version
+        needed = 0
+        append = packets.append
+        try:
+            while end - pos > 1:
+                first = src[pos]
+                length = src[pos + 1]
+                header = 2
+                if length > 0x7F:
+                    length, header = _long_length(src, pos, end)
+                    if not header:
+                        break
+                total = header + length
+                if total > limit:
+                    raise PacketTooLarge(f"packet of {total} bytes exceeds the limit of {limit}")
+                if end - pos < total:
+                    needed = total
+                    break
+                start = pos + header
+                pos += total
+                if first & 0xF0 == 0x30:
+                    packet: Packet = decode_publish(first & 0x0F, src, start, pos, version)
+                else:
+                    packet = decode_body(first, src, start, pos, version)
+                append(packet)
+                if first == 0x10 and isinstance(packet, Connect):
+                    version = self.protocol_version = packet.protocol_version
+        except ProtocolError:
+            self._needed = 0
+            self._buffer.clear()
+            raise
+        except LOW_LEVEL_ERRORS as exc:
+            self._needed = 0
+            self._buffer.clear()
+            raise MalformedPacket(f"undecodable packet: {exc}") from exc
+        self._needed = needed
+        if pos < end:
+            buffer += memoryview(src)[pos:]
+        return packets
+
+
+def _long_length(src: Buffer, pos: int, end: int) -> tuple[int, int]:
+    """Decode a multi-byte remaining length at ``src[pos + 1]``.
+
+    Returns (length, header size), or (0, 0) when the header is not complete yet.
+    """
+    length = 0
+    shift = 0
+    index = pos + 1
+    while True:
+        if index >= end:
+            return 0, 0
+        byte = src[index]
+        index += 1
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if not byte:
+                raise MalformedPacket("non-minimal remaining length")
+            return length, index - pos
+        shift += 7
+        if shift == 28:
+            raise MalformedPacket("remaining length longer than 4 bytes")
+
+
+__all__ = ["MAX_PACKET_SIZE", "PacketReader", "decode_packet"]

@@ -1,0 +1,23 @@
+"""The broker's configuration model (pydantic-settings)."""
+
+from xmq.config.model import (
+    AuthConfig,
+    BrokerConfig,
+    LimitsConfig,
+    ListenerConfig,
+    LogConfig,
+    MqttConfig,
+    SysConfig,
+    load_config,
+)
+
+__all__ = [
+    "AuthConfig",
+    "BrokerConfig",
+    "LimitsConfig",
+    "ListenerConfig",
+    "LogConfig",
+    "MqttConfig",
+    "SysConfig",
+    "load_config",
+]

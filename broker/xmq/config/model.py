@@ -1,0 +1,219 @@
+"""The broker's configuration model: one pydantic-settings model, YAML file plus ``XMQ_*``.
+
+Every section refuses unknown keys, so a typo is an error that names the field. Values are
+read once at start (and on reload); nothing here runs per packet.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+MAX_PACKET_SIZE_LIMIT = 268_435_460
+
+
+class Section(BaseModel):
+    """Base of every config section: unknown keys are refused, values are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ListenerConfig(Section):
+    """One listening socket."""
+
+    name: str = Field(default="mqtt", description="Name used in logs and metrics.")
+    protocol: Literal["tcp", "tls", "ws", "wss"] = Field(
+        default="tcp", description="Transport: plain TCP, TLS, WebSocket or secure WebSocket."
+    )
+    host: str = Field(default="0.0.0.0", description="Address to bind.")
+    port: int = Field(default=1884, ge=0, le=65535, description="Port to bind (0: any free).")
+    max_connections: int = Field(
+        default=0, ge=0, description="Connections accepted at once on this listener (0: no limit)."
+    )
+
+
+class MqttConfig(Section):
+    """Protocol limits the broker announces in CONNACK and enforces."""
+
+    max_packet_size: int = Field(
+        default=1_048_576,
+        ge=64,
+        le=MAX_PACKET_SIZE_LIMIT,
+        description="Largest packet accepted from a client, in bytes (0x95 above it).",
+    )
+    receive_maximum: int = Field(
+        default=1024,
+        ge=1,
+        le=65535,
+        description="Unacknowledged inbound QoS 1/2 PUBLISH packets allowed per client (0x93).",
+    )
+    max_keepalive_s: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Largest keep alive granted; a client asking for more (or 0) gets this "
+        "value as Server Keep Alive (0: accept the client's value).",
+    )
+    topic_alias_maximum: int = Field(
+        default=64, ge=0, le=65535, description="Topic aliases a client may use towards us."
+    )
+    maximum_qos: int = Field(default=2, ge=0, le=2, description="Highest QoS supported.")
+    retain_available: bool = Field(default=True, description="Retained messages are supported.")
+    max_session_expiry_s: int = Field(
+        default=0xFFFF_FFFF,
+        ge=0,
+        le=0xFFFF_FFFF,
+        description="Largest session expiry interval granted (4294967295: never expires).",
+    )
+    max_topic_length: int = Field(
+        default=65535, ge=1, le=65535, description="Longest topic name or filter, in bytes."
+    )
+    max_topic_levels: int = Field(
+        default=0, ge=0, description="Most levels in a topic name or filter (0: no limit)."
+    )
+    max_subscriptions_per_client: int = Field(
+        default=0, ge=0, description="Subscriptions a client may hold (0: no limit)."
+    )
+    max_client_id_length: int = Field(
+        default=65535, ge=23, le=65535, description="Longest client identifier accepted."
+    )
+
+
+class LimitsConfig(Section):
+    """Memory bounds: nothing grows without limit."""
+
+    max_queued_messages: int = Field(
+        default=10_000,
+        ge=1,
+        description="Messages queued per session (beyond the in-flight window).",
+    )
+    max_queued_bytes: int = Field(
+        default=16 * 1024 * 1024, ge=1024, description="Payload bytes queued per session."
+    )
+    memory_budget_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=1024 * 1024,
+        description="Broker-wide budget of queued payload bytes; above it QoS 0 is dropped and "
+        "new QoS 1/2 messages to offline sessions are refused.",
+    )
+    max_inflight_messages: int = Field(
+        default=1024,
+        ge=1,
+        le=65535,
+        description="Outbound QoS 1/2 messages in flight per client (capped by the client's "
+        "Receive Maximum).",
+    )
+    max_write_buffer_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=16 * 1024,
+        description="Bytes buffered towards one client before QoS 0 is dropped for it.",
+    )
+
+
+class AuthConfig(Section):
+    """Where accounts come from."""
+
+    allow_anonymous: bool = Field(
+        default=True, description="Accept clients that give no user name."
+    )
+    accounts_file: Path | None = Field(
+        default=None, description="YAML accounts file (verifiers, never clear text)."
+    )
+
+
+class SysConfig(Section):
+    """``$SYS/broker/...`` statistics."""
+
+    interval_s: float = Field(
+        default=10.0, ge=0, description="Seconds between $SYS publications (0: off)."
+    )
+
+
+class LogConfig(Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        default="INFO", description="Log level."
+    )
+    json_format: bool = Field(default=False, description="One JSON object per line.")
+
+
+class BrokerConfig(BaseSettings):
+    """The whole broker configuration (YAML file plus ``XMQ_*`` environment variables)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="XMQ_", env_nested_delimiter="__", extra="forbid", frozen=True
+    )
+
+    node_id: str = Field(default="xmq-0", min_length=1, description="This node's identifier.")
+    listeners: tuple[ListenerConfig, ...] = Field(
+        default=(ListenerConfig(),), description="Listening sockets."
+    )
+    mqtt: MqttConfig = Field(default_factory=MqttConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    auth: AuthConfig = Field(default_factory=AuthConfig)
+    sys: SysConfig = Field(default_factory=SysConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    use_uvloop: bool = Field(default=True, description="Run on uvloop.")
+
+    @field_validator("listeners")
+    @classmethod
+    def _distinct_listener_names(
+        cls, value: tuple[ListenerConfig, ...]
+    ) -> tuple[ListenerConfig, ...]:
+        names = [listener.name for listener in value]
+        if len(set(names)) != len(names):
+            raise ValueError(f"listener names must be distinct, got {names}")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        yaml_file = _yaml_file.get()
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if yaml_file is not None:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=yaml_file))
+        return tuple(sources)
+
+
+class _YamlFileSlot:
+    """Which YAML file the next ``BrokerConfig`` construction reads (set by ``load_config``)."""
+
+    __slots__ = ("path",)
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+
+    def get(self) -> Path | None:
+        return self.path
+
+
+_yaml_file = _YamlFileSlot()
+
+
+def load_config(path: str | Path | None = None, **overrides: Any) -> BrokerConfig:
+    """Build the configuration from a YAML file (optional), ``XMQ_*`` and keyword overrides.
+
+    Raises ``pydantic.ValidationError`` whose messages name the offending field.
+    """
+    if path is not None:
+        file = Path(path)
+        if not file.is_file():
+            raise FileNotFoundError(f"config file not found: {file}")
+        _yaml_file.path = file
+    try:
+        return BrokerConfig(**overrides)
+    finally:
+        _yaml_file.path = None

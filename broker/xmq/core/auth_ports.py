@@ -1,0 +1,174 @@
+"""Authentication and authorisation ports used by the broker core.
+
+The broker core talks to account stores only through these protocols. Adapters
+(`xmq.auth.*`) implement them; the core implements `AuthEvents` so adapters can
+tell it when accounts or rules change.
+
+Reason codes are MQTT 5 values; the core maps them to MQTT 3.1.1 CONNACK codes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+# MQTT 5 reason codes used by the auth ports (spec §2.4).
+AUTH_SUCCESS: Final = 0x00
+AUTH_CONTINUE: Final = 0x18
+AUTH_REAUTHENTICATE: Final = 0x19
+AUTH_BAD_USERNAME_OR_PASSWORD: Final = 0x86
+AUTH_NOT_AUTHORIZED: Final = 0x87
+AUTH_SERVER_UNAVAILABLE: Final = 0x88
+AUTH_BANNED: Final = 0x8A
+AUTH_BAD_METHOD: Final = 0x8C
+AUTH_CONNECTION_RATE_EXCEEDED: Final = 0x9F
+
+RESERVED_TOPIC_PREFIX: Final = "$"
+"""Topics starting with `$` ($SYS/..., the cluster's internal topics) are the
+server's (MQTT 5 §4.7.2): clients may never publish to them."""
+
+
+def is_reserved_topic(topic: str) -> bool:
+    """True for a topic name no client may ever publish to."""
+    return topic.startswith(RESERVED_TOPIC_PREFIX)
+
+
+@dataclass(slots=True)
+class Credentials:
+    """What a CONNECT carried."""
+
+    client_id: str
+    username: str | None
+    password: bytes | None
+    peer: str
+    """Source address as "ip:port" (used by brute-force guards)."""
+    protocol_version: int
+    """4 = MQTT 3.1.1 (3 for 3.1), 5 = MQTT 5.0."""
+
+
+@dataclass(slots=True)
+class AuthDecision:
+    """The outcome of an authentication."""
+
+    reason_code: int
+    """0 = success; else an MQTT 5 CONNACK reason: 0x86 bad user name or password,
+    0x87 not authorized (e.g. disabled account), 0x88 server unavailable,
+    0x8C bad authentication method, 0x9F connection rate exceeded (brute-force guard)."""
+    username: str | None = None
+    """The authenticated identity (may differ from the CONNECT's user name)."""
+    groups: tuple[str, ...] = ()
+    reason_string: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.reason_code == AUTH_SUCCESS
+
+
+@dataclass(slots=True)
+class AuthStep:
+    """One step of enhanced authentication."""
+
+    reason_code: int
+    """0x18 continue (send AUTH), 0x00 success (send CONNACK/AUTH success), else failure."""
+    data: bytes | None = None
+    """Authentication Data to send back to the client."""
+    decision: AuthDecision | None = None
+    """Set when the exchange has finished (success or failure)."""
+
+
+class AuthExchange(Protocol):
+    """One enhanced-auth conversation (CONNECT ... AUTH ... or a re-authentication).
+
+    The first call carries the CONNECT's (or re-auth AUTH's) Authentication Data;
+    each later call carries the data of the client's next AUTH packet.
+    """
+
+    async def step(self, data: bytes | None) -> AuthStep: ...
+
+
+class Authenticator(Protocol):
+    async def authenticate(self, credentials: Credentials) -> AuthDecision:
+        """Plain CONNECT authentication (user name / password or anonymous)."""
+        ...
+
+    def start_exchange(self, method: str, credentials: Credentials) -> AuthExchange | None:
+        """Start enhanced authentication; None = method not supported (0x8C)."""
+        ...
+
+
+class ClientAcl(Protocol):
+    """Per-connection access decisions: synchronous and cached (hot path)."""
+
+    def can_publish(self, topic: str, qos: int, retain: bool) -> bool: ...
+
+    def can_subscribe(self, topic_filter: str, qos: int) -> bool: ...
+
+
+class Authorizer(Protocol):
+    async def acl_for(self, decision: AuthDecision, client_id: str) -> ClientAcl:
+        """Load the rules of an authenticated client, once per login."""
+        ...
+
+
+class AuthEvents(Protocol):
+    """Implemented by the broker core; adapters call it when accounts change."""
+
+    def revoke(self, username: str, reason_code: int) -> None:
+        """Disconnect every client of that user (e.g. 0x87 when disabled or deleted)."""
+        ...
+
+    def acl_changed(self, username: str | None) -> None:
+        """Rules changed for that user (None = everyone): re-evaluate ACLs/subscriptions."""
+        ...
+
+
+class AllowAll:
+    """ClientAcl and Authorizer allowing everything except writing reserved topics."""
+
+    __slots__ = ()
+
+    def can_publish(self, topic: str, qos: int, retain: bool) -> bool:
+        return not is_reserved_topic(topic)
+
+    def can_subscribe(self, topic_filter: str, qos: int) -> bool:
+        return True
+
+    async def acl_for(self, decision: AuthDecision, client_id: str) -> ClientAcl:
+        return self
+
+
+class AnonymousAuthenticator:
+    """The embedded default without an account store.
+
+    With `allow_anonymous=True` everyone is accepted (as the user name they gave,
+    if any). With `allow_anonymous=False` a CONNECT without a user name is refused
+    with 0x86; with one it is accepted (there is nothing to check it against).
+    No enhanced authentication method is supported.
+    """
+
+    __slots__ = ("allow_anonymous",)
+
+    def __init__(self, allow_anonymous: bool = True) -> None:
+        self.allow_anonymous = allow_anonymous
+
+    async def authenticate(self, credentials: Credentials) -> AuthDecision:
+        if credentials.username is None and not self.allow_anonymous:
+            return AuthDecision(
+                AUTH_BAD_USERNAME_OR_PASSWORD, reason_string="anonymous access is disabled"
+            )
+        return AuthDecision(AUTH_SUCCESS, username=credentials.username)
+
+    def start_exchange(self, method: str, credentials: Credentials) -> AuthExchange | None:
+        return None
+
+
+class NullAuthEvents:
+    """AuthEvents that ignores every event (for tools and tests)."""
+
+    __slots__ = ()
+
+    def revoke(self, username: str, reason_code: int) -> None:
+        return None
+
+    def acl_changed(self, username: str | None) -> None:
+        return None

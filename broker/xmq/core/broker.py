@@ -1,0 +1,313 @@
+"""The broker: sessions, subscriptions, retained messages and routing on one node.
+
+Connections (``ClientConnection``) call into the broker synchronously; the only timers are
+session expiry and delayed wills. Routing a PUBLISH looks up a per-topic delivery plan (cached
+until the subscriptions change), then hands the message to each session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from xmq.codec.packets import Will
+from xmq.codec.reason_codes import ReasonCode
+from xmq.core.auth_ports import AuthEvents
+from xmq.core.message import Message
+from xmq.core.session import Delivery, Session, Subscription
+from xmq.core.settings import CoreSettings
+from xmq.core.stats import BrokerStats
+from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES, ConnectTerms
+from xmq.routing.retained import RetainedStore
+from xmq.routing.shared_tree import SharedGroup, SharedSubscriptions
+from xmq.routing.subscription_tree import SubscriptionTree
+
+if TYPE_CHECKING:
+    from xmq.core.connection import ClientConnection
+
+log = logging.getLogger("xmq.broker")
+
+Plan = list[tuple[Session, Subscription, tuple[int, ...]]]
+_NO_IDS: tuple[int, ...] = ()
+
+
+class Broker(AuthEvents):
+    """One broker node's state and routing."""
+
+    def __init__(self, settings: CoreSettings) -> None:
+        self.settings = settings
+        self.stats = BrokerStats()
+        self.sessions: dict[str, Session] = {}
+        self.subscriptions: SubscriptionTree[Session, Subscription] = SubscriptionTree()
+        self.shared: SharedSubscriptions[Session, Subscription] = SharedSubscriptions()
+        self.retained: RetainedStore[Message] = RetainedStore()
+        self.connections: set[ClientConnection] = set()
+        self._plans: dict[str, Plan] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client_seq = 0
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop
+
+    def now(self) -> float:
+        return self.loop.time()
+
+    def new_client_id(self) -> str:
+        self._client_seq += 1
+        return f"xmq-{self.settings.node_id}-{self._client_seq:x}"
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    def attach(self, conn: ClientConnection, terms: ConnectTerms) -> tuple[Session, bool]:
+        """Bind a connection to its session (taking over a live one); return (session, present)."""
+        existing = self.sessions.get(terms.client_id)
+        if existing is not None and existing.connection is not None:
+            existing.connection.take_over()  # detaches at once (may end the session)
+            existing = self.sessions.get(terms.client_id)
+        present = False
+        if existing is not None and terms.clean_start:
+            self.end_session(existing)
+            existing = None
+        if existing is None:
+            session = Session(terms.client_id, self.settings.queues, self.stats)
+            self.sessions[terms.client_id] = session
+        else:
+            session = existing
+            present = True
+            self._cancel_timers(session)
+        session.expiry_s = terms.session_expiry_s
+        session.connection = conn
+        return session, present
+
+    def detach(self, session: Session, conn: ClientConnection, publish_will: bool) -> None:
+        """A connection closed: keep or end its session, publish or schedule its will."""
+        if session.connection is not conn:
+            return
+        session.connection = None
+        for delivery in session.take_shared():
+            self._redispatch(delivery)
+        will = session.will
+        session.will = None
+        if will is not None and not publish_will:
+            will = None
+        expiry = session.expiry_s
+        if expiry == 0:
+            self.end_session(session)
+            if will is not None:
+                self.publish_will(will)
+            return
+        if will is not None:
+            delay = 0
+            if will.properties is not None and will.properties.will_delay_interval:
+                delay = will.properties.will_delay_interval
+            delay = min(delay, expiry)
+            if delay == 0:
+                self.publish_will(will)
+            else:
+                session.will = will
+                session.will_handle = self.loop.call_later(delay, self._will_due, session)
+        if expiry != SESSION_NEVER_EXPIRES:
+            session.expiry_handle = self.loop.call_later(expiry, self._expire, session)
+
+    def _will_due(self, session: Session) -> None:
+        session.will_handle = None
+        will, session.will = session.will, None
+        if will is not None and session.connection is None:
+            self.publish_will(will)
+
+    def _expire(self, session: Session) -> None:
+        session.expiry_handle = None
+        if session.connection is None and self.sessions.get(session.client_id) is session:
+            self.end_session(session)
+
+    def _cancel_timers(self, session: Session) -> None:
+        if session.expiry_handle is not None:
+            session.expiry_handle.cancel()
+            session.expiry_handle = None
+        if session.will_handle is not None:
+            session.will_handle.cancel()
+            session.will_handle = None
+        session.will = None  # a resumed session cancels its delayed will
+
+    def end_session(self, session: Session) -> None:
+        """Remove a session and everything it owns; a delayed will still pending goes out."""
+        will = session.will
+        self._cancel_timers(session)
+        for flt, sub in list(session.subscriptions.items()):
+            self._remove_subscription(session, flt, sub)
+        session.subscriptions.clear()
+        session.discard_queue()
+        if self.sessions.get(session.client_id) is session:
+            del self.sessions[session.client_id]
+        if will is not None:
+            self.publish_will(will)
+
+    def publish_will(self, will: Will) -> None:
+        message = Message(
+            will.topic, will.payload, will.qos, will.retain, will.properties, None, self.now()
+        )
+        self.publish(message)
+
+    # -- subscriptions ----------------------------------------------------------------------
+
+    def subscribe(self, session: Session, sub: Subscription) -> bool:
+        """Add or replace a subscription; True when it is new (for Retain Handling 1)."""
+        key = (
+            sub.topic_filter
+            if sub.share_group is None
+            else (f"$share/{sub.share_group}/{sub.topic_filter}")
+        )
+        previous = session.subscriptions.get(key)
+        session.subscriptions[key] = sub
+        if sub.share_group is None:
+            self.subscriptions.add(sub.topic_filter, session, sub)
+        else:
+            self.shared.add(sub.share_group, sub.topic_filter, session, sub)
+        self._plans.clear()
+        return previous is None
+
+    def unsubscribe(self, session: Session, key: str) -> bool:
+        sub = session.subscriptions.pop(key, None)
+        if sub is None:
+            return False
+        self._remove_subscription(session, key, sub)
+        return True
+
+    def _remove_subscription(self, session: Session, key: str, sub: Subscription) -> None:
+        if sub.share_group is None:
+            self.subscriptions.remove(sub.topic_filter, session)
+        else:
+            self.shared.remove(sub.share_group, sub.topic_filter, session)
+        self._plans.clear()
+
+    def known_topic(self, topic: str) -> bool:
+        """True when the topic was routed before (and so validated): skips re-validation."""
+        return topic in self._plans
+
+    def subscription_count(self) -> int:
+        return len(self.subscriptions) + len(self.shared)
+
+    # -- routing ----------------------------------------------------------------------------
+
+    def _plan(self, topic: str) -> Plan:
+        matches = self.subscriptions.match(topic)
+        plan: Plan = []
+        index: dict[Session, int] = {}
+        for session, sub in matches:
+            ids = (sub.identifier,) if sub.identifier else _NO_IDS
+            at = index.get(session)
+            if at is None:
+                index[session] = len(plan)
+                plan.append((session, sub, ids))
+                continue
+            # Overlapping filters of one client: one delivery, highest QoS, every identifier.
+            _, first, first_ids = plan[at]
+            merged = Subscription(
+                session,
+                first.topic_filter,
+                max(first.qos, sub.qos),
+                first.no_local and sub.no_local,
+                first.retain_as_published or sub.retain_as_published,
+            )
+            plan[at] = (session, merged, first_ids + ids)
+        if len(self._plans) > 10_000:
+            self._plans.clear()
+        self._plans[topic] = plan
+        return plan
+
+    def publish(self, message: Message) -> int:
+        """Route a message to every matching subscription; return the number of deliveries."""
+        topic = message.topic
+        if message.retain:
+            if message.payload:
+                self.retained.set(topic, message)
+            else:
+                self.retained.delete(topic)
+        plan = self._plans.get(topic)
+        if plan is None:
+            plan = self._plan(topic)
+        now = self.now() if message.expires_at is not None else 0.0
+        origin = message.origin
+        mqos = message.qos
+        retain = message.retain
+        count = 0
+        for session, sub, ids in plan:
+            if sub.no_local and session.client_id == origin:
+                continue
+            qos = sub.qos if sub.qos < mqos else mqos
+            if session.deliver(message, qos, retain and sub.retain_as_published, ids, None, now):
+                count += 1
+        if len(self.shared):
+            for group in self.shared.match(topic):
+                if self._deliver_shared(group, message, now, ()):
+                    count += 1
+        return count
+
+    def _deliver_shared(
+        self,
+        group: SharedGroup[Session, Subscription],
+        message: Message,
+        now: float,
+        exclude: tuple[Session, ...],
+    ) -> bool:
+        """Deliver to one member of a shared group: an online one if any, else a queue."""
+        tried: set[Session] = set(exclude)
+        fallback: tuple[Session, Subscription] | None = None
+        while True:
+            picked = group.pick_excluding(tried)
+            if picked is None:
+                break
+            session, sub = picked
+            tried.add(session)
+            if session.connection is None:
+                if fallback is None and session.expiry_s:
+                    fallback = picked
+                continue
+            qos = min(sub.qos, message.qos)
+            ids = (sub.identifier,) if sub.identifier else _NO_IDS
+            return session.deliver(message, qos, False, ids, sub, now)
+        if fallback is not None:
+            session, sub = fallback
+            ids = (sub.identifier,) if sub.identifier else _NO_IDS
+            return session.deliver(message, min(sub.qos, message.qos), False, ids, sub, now)
+        self.stats.messages_dropped += 1
+        return False
+
+    def _redispatch(self, delivery: Delivery) -> None:
+        """An unacknowledged shared-subscription message goes to another member."""
+        share = delivery.share
+        if share is None or share.share_group is None:
+            return
+        group = self.shared.get_group(share.share_group, share.topic_filter)
+        if group is None:
+            self.stats.messages_dropped += 1
+            return
+        self._deliver_shared(group, delivery.message, self.now(), (share.session,))
+
+    def retained_for(self, topic_filter: str) -> list[Message]:
+        """Retained messages matching a filter (expired ones removed on the way)."""
+        now = self.now()
+        found: list[Message] = []
+        for topic, message in self.retained.match(topic_filter):
+            if message.expired(now):
+                self.retained.delete(topic)
+                self.stats.messages_expired += 1
+            else:
+                found.append(message)
+        return found
+
+    # -- AuthEvents -------------------------------------------------------------------------
+
+    def revoke(self, username: str, reason_code: int) -> None:
+        for conn in list(self.connections):
+            if conn.username == username:
+                conn.close_with(reason_code or ReasonCode.NOT_AUTHORIZED)
+
+    def acl_changed(self, username: str | None) -> None:
+        for conn in list(self.connections):
+            if username is None or conn.username == username:
+                conn.refresh_acl()

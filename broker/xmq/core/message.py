@@ -1,0 +1,117 @@
+"""An application message as the broker routes it, encoded once per wire variant.
+
+A PUBLISH reaching N subscribers is encoded once per distinct variant (protocol version, QoS,
+retain flag, subscription identifiers, topic alias, remaining expiry) and the bytes are shared;
+the packet id of each subscriber is put between ``head`` and ``tail`` at write time.
+"""
+
+from __future__ import annotations
+
+import math
+
+from xmq.codec.packets import MQTT_5
+from xmq.codec.properties import Properties
+from xmq.codec.writer import encode_publish_parts
+
+EncodedPublish = tuple[bytes, bytes]
+_NO_IDS: tuple[int, ...] = ()
+
+
+class Message:
+    """One application message; immutable once routed."""
+
+    __slots__ = (
+        "_variants",
+        "expires_at",
+        "origin",
+        "payload",
+        "properties",
+        "qos",
+        "retain",
+        "size",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        properties: Properties | None,
+        origin: str | None,
+        now: float,
+    ) -> None:
+        self.topic = topic
+        self.payload = payload
+        self.qos = qos
+        self.retain = retain
+        self.origin = origin
+        self.size = len(payload) + len(topic)
+        expires_at: float | None = None
+        if properties is not None:
+            # Only the properties a subscriber may see are kept (never the alias or the
+            # publisher's subscription identifiers).
+            properties.topic_alias = None
+            properties.subscription_identifiers = None
+            if properties.message_expiry_interval is not None:
+                expires_at = now + properties.message_expiry_interval
+            if properties.is_empty():
+                properties = None
+        self.properties = properties
+        self.expires_at = expires_at
+        self._variants: dict[object, EncodedPublish] = {}
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+    def encode(
+        self,
+        protocol_version: int,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...] = _NO_IDS,
+        alias: int = 0,
+        send_topic: bool = True,
+        now: float = 0.0,
+    ) -> EncodedPublish:
+        """Return ``(head, tail)`` of this message for one wire variant (cached)."""
+        remaining = 0
+        if self.expires_at is not None:
+            remaining = max(1, math.ceil(self.expires_at - now))
+        if protocol_version != MQTT_5:
+            key: object = (protocol_version, qos, retain)
+        else:
+            key = (qos, retain, subscription_ids, alias, send_topic, remaining)
+        variant = self._variants.get(key)
+        if variant is None:
+            variant = self._encode(
+                protocol_version, qos, retain, subscription_ids, alias, send_topic, remaining
+            )
+            if len(self._variants) < 64:
+                self._variants[key] = variant
+        return variant
+
+    def _encode(
+        self,
+        protocol_version: int,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        alias: int,
+        send_topic: bool,
+        remaining: int,
+    ) -> EncodedPublish:
+        props: Properties | None = None
+        if protocol_version == MQTT_5:
+            base = self.properties
+            if base is not None or subscription_ids or alias:
+                props = base.copy() if base is not None else Properties()
+                if subscription_ids:
+                    props.subscription_identifiers = list(subscription_ids)
+                if alias:
+                    props.topic_alias = alias
+                if remaining:
+                    props.message_expiry_interval = remaining
+        topic = self.topic if send_topic else ""
+        return encode_publish_parts(topic, self.payload, qos, retain, props, protocol_version)

@@ -1,0 +1,135 @@
+"""Inbound PUBLISH and the acknowledgement packets of both QoS flows."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xmq.codec.errors import ProtocolError
+from xmq.codec.packets import MQTT_5, Puback, Pubcomp, Publish, Pubrec, Pubrel
+from xmq.codec.reason_codes import ReasonCode
+from xmq.core.message import Message
+from xmq.routing.topics import TopicError, validate_topic_name
+
+if TYPE_CHECKING:
+    from xmq.core.connection import ClientConnection
+
+_PUBACK = b"\x40\x02"
+_PUBREC = b"\x50\x02"
+_PUBREL = b"\x62\x02"
+_PUBCOMP = b"\x70\x02"
+_NOT_FOUND = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+
+
+def _ack(conn: ClientConnection, head: bytes, packet_id: int, reason: int) -> None:
+    if reason and conn.version == MQTT_5:
+        conn.link.write(head[:1] + b"\x03" + packet_id.to_bytes(2, "big") + bytes((reason,)))
+    else:
+        conn.link.write(head + packet_id.to_bytes(2, "big"))
+
+
+def on_publish(conn: ClientConnection, packet: Publish) -> None:
+    broker = conn.broker
+    broker.stats.messages_received += 1
+    topic = packet.topic
+    qos = packet.qos
+    props = packet.properties
+    try:
+        if props is not None:
+            if props.topic_alias is not None or not topic:
+                topic = conn.in_aliases.resolve(topic, props.topic_alias)
+            if props.subscription_identifiers:
+                conn.close_with(ReasonCode.PROTOCOL_ERROR, "subscription identifier in PUBLISH")
+                return
+            if props.payload_format_indicator == 1:
+                try:
+                    packet.payload.decode("utf-8")
+                except UnicodeDecodeError:
+                    _refuse_publish(conn, packet, ReasonCode.PAYLOAD_FORMAT_INVALID)
+                    return
+        elif not topic:
+            conn.close_with(ReasonCode.PROTOCOL_ERROR, "empty topic name without an alias")
+            return
+    except ProtocolError as error:
+        conn.close_with(error.reason_code, str(error))
+        return
+    limits = broker.settings.limits
+    if qos > limits.maximum_qos:
+        conn.close_with(ReasonCode.QOS_NOT_SUPPORTED, "QoS not supported")
+        return
+    if packet.retain and not limits.retain_available:
+        conn.close_with(ReasonCode.RETAIN_NOT_SUPPORTED, "retain not supported")
+        return
+    if not broker.known_topic(topic):
+        try:
+            validate_topic_name(
+                topic, broker.settings.max_topic_length, broker.settings.max_topic_levels
+            )
+        except TopicError as error:
+            conn.close_with(error.reason_code, str(error))
+            return
+    session = conn.session
+    assert session is not None
+    packet_id = packet.packet_id
+    if qos == 2:
+        if packet_id in session.inbound_qos2:
+            conn.link.write(_PUBREC + packet_id.to_bytes(2, "big"))  # a re-sent QoS 2 PUBLISH
+            return
+        if len(session.inbound_qos2) >= limits.receive_maximum:
+            conn.close_with(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
+            return
+    if not conn.acl.can_publish(topic, qos, packet.retain):
+        broker.stats.publish_denied += 1
+        _refuse_publish(conn, packet, ReasonCode.NOT_AUTHORIZED)
+        return
+    now = broker.now() if props is not None else 0.0
+    message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id, now)
+    delivered = broker.publish(message)
+    if qos == 1:
+        _ack(conn, _PUBACK, packet_id, 0 if delivered else ReasonCode.NO_MATCHING_SUBSCRIBERS)
+    elif qos == 2:
+        session.inbound_qos2.add(packet_id)
+        _ack(conn, _PUBREC, packet_id, 0 if delivered else ReasonCode.NO_MATCHING_SUBSCRIBERS)
+
+
+def _refuse_publish(conn: ClientConnection, packet: Publish, reason: int) -> None:
+    """A PUBLISH that is not routed: QoS 1/2 get the reason in their ack, QoS 0 is dropped."""
+    conn.broker.stats.messages_dropped += 1
+    if packet.qos == 1:
+        _ack(conn, _PUBACK, packet.packet_id, reason)
+    elif packet.qos == 2:
+        _ack(conn, _PUBREC, packet.packet_id, reason)
+
+
+def on_puback(conn: ClientConnection, packet: Puback) -> None:
+    session = conn.session
+    if session is not None:
+        session.acknowledge(packet.packet_id, conn.broker.now())
+
+
+def on_pubrec(conn: ClientConnection, packet: Pubrec) -> None:
+    session = conn.session
+    if session is None:
+        return
+    if packet.reason_code >= 0x80:
+        session.acknowledge(packet.packet_id, conn.broker.now())
+    elif session.received(packet.packet_id):
+        conn.link.write(_PUBREL + packet.packet_id.to_bytes(2, "big"))
+    else:
+        _ack(conn, _PUBREL, packet.packet_id, _NOT_FOUND)
+
+
+def on_pubrel(conn: ClientConnection, packet: Pubrel) -> None:
+    session = conn.session
+    if session is None:
+        return
+    if packet.packet_id in session.inbound_qos2:
+        session.inbound_qos2.discard(packet.packet_id)
+        conn.link.write(_PUBCOMP + packet.packet_id.to_bytes(2, "big"))
+    else:
+        _ack(conn, _PUBCOMP, packet.packet_id, _NOT_FOUND)
+
+
+def on_pubcomp(conn: ClientConnection, packet: Pubcomp) -> None:
+    session = conn.session
+    if session is not None:
+        session.acknowledge(packet.packet_id, conn.broker.now())

@@ -1,0 +1,271 @@
+"""Sessions and outbound delivery: in-flight windows, bounded queues, QoS 1/2 state.
+
+A ``Session`` outlives its connections. Outbound QoS 1/2 messages are ``Delivery`` records:
+queued until the client's in-flight window (its Receive Maximum) has room, then in flight
+under a packet id until acknowledged. QoS 0 goes straight to the connection or is dropped.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from xmq.codec.packets import Will
+from xmq.core.message import Message
+from xmq.protocol.packet_ids import PacketIdAllocator
+
+if TYPE_CHECKING:
+    from asyncio import TimerHandle
+
+    from xmq.core.connection import ClientConnection
+    from xmq.core.stats import BrokerStats
+
+_PUBREL_HEAD = b"\x62\x02"
+_NO_IDS: tuple[int, ...] = ()
+
+
+class Subscription:
+    """One subscription of one session (the value stored in the routing trees)."""
+
+    __slots__ = (
+        "identifier",
+        "no_local",
+        "qos",
+        "retain_as_published",
+        "retain_handling",
+        "session",
+        "share_group",
+        "topic_filter",
+    )
+
+    def __init__(
+        self,
+        session: Session,
+        topic_filter: str,
+        qos: int,
+        no_local: bool = False,
+        retain_as_published: bool = False,
+        retain_handling: int = 0,
+        identifier: int | None = None,
+        share_group: str | None = None,
+    ) -> None:
+        self.session = session
+        self.topic_filter = topic_filter
+        self.qos = qos
+        self.no_local = no_local
+        self.retain_as_published = retain_as_published
+        self.retain_handling = retain_handling
+        self.identifier = identifier
+        self.share_group = share_group
+
+
+class Delivery:
+    """A QoS 1/2 message owed to one session: queued (packet_id 0) or in flight."""
+
+    __slots__ = ("message", "packet_id", "qos", "released", "retain", "share", "subscription_ids")
+
+    def __init__(
+        self,
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        share: Subscription | None,
+    ) -> None:
+        self.message = message
+        self.qos = qos
+        self.retain = retain
+        self.subscription_ids = subscription_ids
+        self.packet_id = 0
+        self.released = False  # QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
+        self.share = share
+
+
+class QueueLimits:
+    """Per-session and broker-wide bounds on queued messages."""
+
+    __slots__ = ("budget_bytes", "max_inflight", "max_messages", "max_session_bytes")
+
+    def __init__(
+        self, max_messages: int, max_session_bytes: int, budget_bytes: int, max_inflight: int
+    ) -> None:
+        self.max_messages = max_messages
+        self.max_session_bytes = max_session_bytes
+        self.budget_bytes = budget_bytes
+        self.max_inflight = max_inflight
+
+
+class Session:
+    """State of one client id: subscriptions, outbound deliveries, inbound QoS 2 ids."""
+
+    __slots__ = (
+        "client_id",
+        "connection",
+        "expiry_handle",
+        "expiry_s",
+        "inbound_qos2",
+        "inflight",
+        "limits",
+        "packet_ids",
+        "queue",
+        "queued_bytes",
+        "stats",
+        "subscriptions",
+        "will",
+        "will_handle",
+    )
+
+    def __init__(
+        self, client_id: str, limits: QueueLimits, stats: BrokerStats, expiry_s: int = 0
+    ) -> None:
+        self.client_id = client_id
+        self.connection: ClientConnection | None = None
+        self.subscriptions: dict[str, Subscription] = {}
+        self.inflight: dict[int, Delivery] = {}
+        self.queue: deque[Delivery] = deque()
+        self.queued_bytes = 0
+        self.inbound_qos2: set[int] = set()
+        self.packet_ids = PacketIdAllocator()
+        self.expiry_s = expiry_s
+        self.expiry_handle: TimerHandle | None = None
+        self.will: Will | None = None
+        self.will_handle: TimerHandle | None = None
+        self.limits = limits
+        self.stats = stats
+
+    # -- outbound ---------------------------------------------------------------------------
+
+    def deliver(
+        self,
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...] = _NO_IDS,
+        share: Subscription | None = None,
+        now: float = 0.0,
+    ) -> bool:
+        """Send or queue a message; False when it was dropped (limits, oversize, offline)."""
+        conn = self.connection
+        if qos == 0:
+            if conn is None or not conn.accepts_qos0():
+                self.stats.messages_dropped += 1
+                return False
+            return conn.send_publish(message, 0, retain, subscription_ids, 0, now)
+        delivery = Delivery(message, qos, retain, subscription_ids, share)
+        if (
+            conn is not None
+            and not self.queue
+            and len(self.inflight) < conn.send_window
+            and conn.link.writable()
+        ):
+            return self._send_new(conn, delivery, now)
+        return self._enqueue(delivery)
+
+    def _enqueue(self, delivery: Delivery) -> bool:
+        size = delivery.message.size
+        limits = self.limits
+        stats = self.stats
+        if (
+            len(self.queue) >= limits.max_messages
+            or self.queued_bytes + size > limits.max_session_bytes
+            or stats.queued_bytes + size > limits.budget_bytes
+        ):
+            stats.messages_dropped += 1
+            return False
+        self.queue.append(delivery)
+        self.queued_bytes += size
+        stats.queued_bytes += size
+        return True
+
+    def _send_new(self, conn: ClientConnection, delivery: Delivery, now: float) -> bool:
+        packet_id = self.packet_ids.allocate(self.inflight)
+        if not conn.send_publish(
+            delivery.message,
+            delivery.qos,
+            delivery.retain,
+            delivery.subscription_ids,
+            packet_id,
+            now,
+        ):
+            return False  # too large for this client: skipped as the spec says
+        delivery.packet_id = packet_id
+        self.inflight[packet_id] = delivery
+        return True
+
+    def pump(self, now: float) -> None:
+        """Move queued deliveries into the in-flight window while there is room."""
+        conn = self.connection
+        queue = self.queue
+        if conn is None or not queue:
+            return
+        window = conn.send_window
+        inflight = self.inflight
+        stats = self.stats
+        while queue and len(inflight) < window and conn.link.writable():
+            delivery = queue.popleft()
+            size = delivery.message.size
+            self.queued_bytes -= size
+            stats.queued_bytes -= size
+            if delivery.message.expired(now):
+                stats.messages_expired += 1
+                continue
+            self._send_new(conn, delivery, now)
+
+    def acknowledge(self, packet_id: int, now: float) -> Delivery | None:
+        """PUBACK (QoS 1) or PUBCOMP (QoS 2) received: the delivery is complete."""
+        delivery = self.inflight.pop(packet_id, None)
+        if delivery is not None and self.queue:
+            self.pump(now)
+        return delivery
+
+    def received(self, packet_id: int) -> bool:
+        """PUBREC received for a QoS 2 delivery: mark it released (PUBREL goes out)."""
+        delivery = self.inflight.get(packet_id)
+        if delivery is None or delivery.qos != 2:
+            return False
+        delivery.released = True
+        return True
+
+    def resend_inflight(self, conn: ClientConnection, now: float) -> None:
+        """After a resumed session reconnects: re-send in-flight messages with DUP set."""
+        for packet_id, delivery in list(self.inflight.items()):
+            if delivery.released:
+                conn.link.write(_PUBREL_HEAD + packet_id.to_bytes(2, "big"))
+            elif delivery.message.expired(now):
+                del self.inflight[packet_id]
+                self.stats.messages_expired += 1
+            else:
+                conn.send_publish(
+                    delivery.message,
+                    delivery.qos,
+                    delivery.retain,
+                    delivery.subscription_ids,
+                    packet_id,
+                    now,
+                    dup=True,
+                )
+        self.pump(now)
+
+    def take_shared(self) -> list[Delivery]:
+        """Remove and return the unacknowledged deliveries that came through a shared group."""
+        taken = [d for d in self.inflight.values() if d.share is not None and not d.released]
+        for delivery in taken:
+            del self.inflight[delivery.packet_id]
+        if any(d.share is not None for d in self.queue):
+            kept: deque[Delivery] = deque()
+            for delivery in self.queue:
+                if delivery.share is not None:
+                    taken.append(delivery)
+                    self.queued_bytes -= delivery.message.size
+                    self.stats.queued_bytes -= delivery.message.size
+                else:
+                    kept.append(delivery)
+            self.queue = kept
+        return taken
+
+    def discard_queue(self) -> None:
+        """Drop everything owed to this session (it ended)."""
+        self.stats.queued_bytes -= self.queued_bytes
+        self.queued_bytes = 0
+        self.queue.clear()
+        self.inflight.clear()

@@ -1,0 +1,36 @@
+"""Broker-wide counters: plain integer attributes, cheap to bump on the hot path."""
+
+from __future__ import annotations
+
+
+class BrokerStats:
+    """Counters read by $SYS and the metrics endpoint."""
+
+    __slots__ = (
+        "bytes_received",
+        "bytes_sent",
+        "clients_connected",
+        "clients_maximum",
+        "connects_refused",
+        "connects_total",
+        "messages_dropped",
+        "messages_expired",
+        "messages_received",
+        "messages_sent",
+        "publish_denied",
+        "queued_bytes",
+    )
+
+    def __init__(self) -> None:
+        self.bytes_received = 0
+        self.bytes_sent = 0
+        self.clients_connected = 0
+        self.clients_maximum = 0
+        self.connects_total = 0
+        self.connects_refused = 0
+        self.messages_received = 0
+        self.messages_sent = 0
+        self.messages_dropped = 0
+        self.messages_expired = 0
+        self.publish_denied = 0
+        self.queued_bytes = 0

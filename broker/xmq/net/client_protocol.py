@@ -1,0 +1,191 @@
+"""The asyncio protocol of one MQTT client connection: bytes in, packets to the core, bytes out.
+
+``data_received`` decodes every complete packet and hands each to the core synchronously.
+Output is appended to one ``bytearray`` per connection and written once per loop tick for all
+connections that have output (``FlushScheduler``), so a burst of deliveries to one client costs
+one ``write`` system call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Callable
+from typing import cast
+
+from xmq.codec.errors import ProtocolError
+from xmq.codec.reader import PacketReader
+from xmq.core.auth_ports import Authenticator, Authorizer
+from xmq.core.broker import Broker
+from xmq.core.connection import ClientConnection
+
+log = logging.getLogger("xmq.net")
+
+
+class FlushScheduler:
+    """Writes every connection's pending output once per event-loop tick."""
+
+    __slots__ = ("_armed", "_dirty", "_loop")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._dirty: list[MqttClientProtocol] = []
+        self._armed = False
+
+    def mark(self, link: MqttClientProtocol) -> None:
+        self._dirty.append(link)
+        if not self._armed:
+            self._armed = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._armed = False
+        dirty = self._dirty
+        self._dirty = []
+        for link in dirty:
+            link.flush()
+
+
+class MqttClientProtocol(asyncio.Protocol):
+    """One client connection (implements the core's ``ClientLink`` port)."""
+
+    __slots__ = (
+        "_clock",
+        "_closing",
+        "_out",
+        "_paused_writing",
+        "_scheduler",
+        "_stats",
+        "_transport",
+        "_write_limit",
+        "conn",
+        "on_close",
+        "peer",
+        "reader",
+    )
+
+    def __init__(
+        self,
+        broker: Broker,
+        authenticator: Authenticator,
+        authorizer: Authorizer,
+        scheduler: FlushScheduler,
+        max_packet_size: int,
+        on_close: Callable[[MqttClientProtocol], None] | None = None,
+    ) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._scheduler = scheduler
+        self._out = bytearray()
+        self._closing = False
+        self._paused_writing = False
+        self._write_limit = broker.settings.max_write_buffer_bytes
+        self._clock = broker.loop.time
+        self._stats = broker.stats
+        self.reader = PacketReader(max_packet_size)
+        self.peer = "-"
+        self.on_close = on_close
+        self.conn = ClientConnection(broker, self, authenticator, authorizer)
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self._transport = transport
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conn.last_seen = self._clock()
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        conn.last_seen = self._clock()
+        self._stats.bytes_received += len(data)
+        try:
+            packets = self.reader.feed(data)
+        except ProtocolError as error:
+            conn.protocol_error(error)
+            self._closing = True
+            return
+        for packet in packets:
+            if self._closing:
+                return
+            conn.handle(packet)
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
+        self._out = bytearray()
+        self.conn.connection_lost()
+        if self.on_close is not None:
+            self.on_close(self)
+
+    def pause_writing(self) -> None:
+        self._paused_writing = True
+
+    def resume_writing(self) -> None:
+        self._paused_writing = False
+        session = self.conn.session
+        if session is not None and session.connection is self.conn:
+            session.pump(self._clock())
+
+    # -- ClientLink -------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self._closing:
+            return
+        out = self._out
+        if not out:
+            self._scheduler.mark(self)
+        out += data
+
+    def write_publish(self, head: bytes, packet_id: int, tail: bytes) -> None:
+        if self._closing:
+            return
+        out = self._out
+        if not out:
+            self._scheduler.mark(self)
+        out += head
+        if packet_id:
+            out += packet_id.to_bytes(2, "big")
+        out += tail
+
+    def writable(self) -> bool:
+        return not self._paused_writing and len(self._out) < self._write_limit
+
+    def flush(self) -> None:
+        out = self._out
+        transport = self._transport
+        if out and transport is not None and not transport.is_closing():
+            self._out = bytearray()
+            self._stats.bytes_sent += len(out)
+            transport.write(out)
+
+    def close(self) -> None:
+        if self._closing:
+            return
+        self.flush()
+        self._closing = True
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        self._closing = True
+        self._out = bytearray()
+        if self._transport is not None:
+            self._transport.abort()
+
+    def pause_reading(self) -> None:
+        if self._transport is not None and not self._closing:
+            self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self._transport is not None and not self._closing:
+            self._transport.resume_reading()

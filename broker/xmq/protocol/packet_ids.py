@@ -1,0 +1,33 @@
+"""Packet identifier allocation: never reuse an id while it is in flight."""
+
+from __future__ import annotations
+
+from collections.abc import Container
+
+
+class PacketIdExhausted(Exception):  # noqa: N818 - a condition, not an error class hierarchy
+    """All 65,535 packet identifiers are in flight."""
+
+
+class PacketIdAllocator:
+    """Hands out identifiers 1..65535 round-robin, skipping those still in use.
+
+    Round-robin (rather than lowest-free) keeps a just-acknowledged id from being reused at
+    once, which makes late duplicates from a confused client harmless.
+    """
+
+    __slots__ = ("_next",)
+
+    def __init__(self, start: int = 1) -> None:
+        self._next = start if 1 <= start <= 0xFFFF else 1
+
+    def allocate(self, in_use: Container[int]) -> int:
+        """Return an id not contained in ``in_use`` (the caller's in-flight map)."""
+        candidate = self._next
+        for _ in range(0xFFFF):
+            following = candidate + 1 if candidate < 0xFFFF else 1
+            if candidate not in in_use:
+                self._next = following
+                return candidate
+            candidate = following
+        raise PacketIdExhausted("no free packet identifier")

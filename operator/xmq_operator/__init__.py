@@ -1,0 +1,1 @@
+"""The XMQ Kubernetes operator (kopf)."""

@@ -1,0 +1,277 @@
+"""Real MQTT clients against an in-process broker whose Authenticator/Authorizer are the
+account stores: every reason code a client can see from authentication and ACLs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import asyncpg
+import pytest
+
+from tests.support.paho_client import V5, V311, PahoClient
+from tests.support.raw_client import RawClient
+from xmq.app.server import core_settings
+from xmq.auth import postgres_admin as admin
+from xmq.auth.acl import AclRule, Action, Permission
+from xmq.auth.file_accounts import FileAccounts
+from xmq.auth.postgres_accounts import PostgresAccounts, PostgresAccountsConfig
+from xmq.auth.postgres_schema import migrate
+from xmq.auth.scram import ScramClient
+from xmq.auth.verifiers import HashPolicy, derive_scram_credentials, hash_password
+from xmq.codec.packets import MQTT_3_1_1, Auth, Connack, Connect, Disconnect
+from xmq.codec.properties import Properties
+from xmq.config import BrokerConfig, ListenerConfig
+from xmq.core.auth_ports import Authenticator, Authorizer
+from xmq.core.broker import Broker
+from xmq.net.listeners import ListenerSet
+
+pytestmark = pytest.mark.integration
+
+FAST = HashPolicy(pbkdf2_iterations=1000, scram_iterations=512)
+
+
+def user_entry(password: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "password": hash_password(password, FAST),
+        "scram": derive_scram_credentials(password, iterations=512).encode(),
+        **extra,
+    }
+
+
+ACCOUNTS = {
+    "users": {"alice": user_entry("wonderland"), "dave": user_entry("disabled", enabled=False)},
+    "acl": [
+        {"permission": "allow", "action": "both", "topic": "users/%u/#"},
+        {"permission": "allow", "action": "subscribe", "topic": "public/#"},
+    ],
+}
+
+
+class Node:
+    def __init__(self, broker: Broker, listeners: ListenerSet) -> None:
+        self.broker = broker
+        self.listeners = listeners
+        self.port = listeners.bound[0].port
+
+
+@contextlib.asynccontextmanager
+async def running(authenticator: Authenticator, authorizer: Authorizer) -> AsyncIterator[Node]:
+    config = BrokerConfig()
+    broker = Broker(core_settings(config))
+    listeners = ListenerSet(broker, authenticator, authorizer, config.mqtt.max_packet_size)
+    await listeners.start((ListenerConfig(host="127.0.0.1", port=0),))
+    try:
+        yield Node(broker, listeners)
+    finally:
+        listeners.stop_accepting()
+        for conn in list(broker.connections):
+            conn.close_with(0x8B, "test over")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(listeners.idle.wait(), 5)
+
+
+@pytest.fixture
+async def file_node() -> AsyncIterator[Node]:
+    accounts = FileAccounts(ACCOUNTS)
+    async with running(accounts, accounts) as node:
+        yield node
+
+
+def paho_connect(port: int, version: Any, username: str | None, password: str | None) -> int:
+    if version == V311:  # paho reports 3.1.1 return codes as MQTT 5 ones: read the wire
+        return raw_connect(port, MQTT_3_1_1, username, password)
+    client = PahoClient(port, "c-" + (username or "anon"), version=version)
+    if username is not None:
+        client.client.username_pw_set(username, password)
+    try:
+        return client.connect().reason
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("version", "username", "password", "code"),
+    [
+        (V5, "alice", "wonderland", 0x00),
+        (V5, "alice", "wrong", 0x86),
+        (V5, "nobody", "x", 0x86),
+        (V5, "dave", "disabled", 0x87),
+        (V5, None, None, 0x86),
+        (V311, "alice", "wonderland", 0x00),
+        (V311, "alice", "wrong", 0x04),
+        (V311, "dave", "disabled", 0x05),
+    ],
+    ids=[
+        "v5-ok",
+        "v5-wrong",
+        "v5-unknown",
+        "v5-disabled",
+        "v5-anonymous",
+        "v311-ok",
+        "v311-wrong",
+        "v311-disabled",
+    ],
+)
+async def test_connect_reason_codes(
+    file_node: Node, version: Any, username: str | None, password: str | None, code: int
+) -> None:
+    result = await asyncio.to_thread(paho_connect, file_node.port, version, username, password)
+    assert result == code
+
+
+def raw_connect(port: int, version: int, username: str | None, password: str | None) -> int:
+    client = RawClient(port, version=version)
+    try:
+        client.send_packet(
+            Connect(
+                protocol_version=version,
+                client_id="raw",
+                username=username,
+                password=password.encode() if password is not None else None,
+            )
+        )
+        ack = client.read_packet()
+        assert isinstance(ack, Connack)
+        return ack.reason_code
+    finally:
+        client.close()
+
+
+def publish_and_subscribe(port: int, version: Any) -> tuple[int, int, list[int], list[int]]:
+    client = PahoClient(port, "alice-1", version=version)
+    client.client.username_pw_set("alice", "wonderland")
+    try:
+        assert client.connect().reason == 0
+        allowed = client.publish("users/alice/x", b"1", qos=1)
+        denied = client.publish("users/bob/x", b"1", qos=1)
+        sub_ok = client.subscribe("public/#", qos=1)
+        sub_denied = client.subscribe("users/bob/#", qos=1)
+        return allowed, denied, sub_ok, sub_denied
+    finally:
+        client.close()
+
+
+async def test_publish_and_subscribe_denied(file_node: Node) -> None:
+    allowed, denied, sub_ok, sub_denied = await asyncio.to_thread(
+        publish_and_subscribe, file_node.port, V5
+    )
+    assert (allowed, denied, sub_ok, sub_denied) == (0x10, 0x87, [1], [0x87])  # 0x10: no subscriber
+    _, _, sub_ok, sub_denied = await asyncio.to_thread(publish_and_subscribe, file_node.port, V311)
+    assert (sub_ok, sub_denied) == ([1], [0x80])
+
+
+def scram_connect(port: int, username: str, password: str) -> tuple[int, bool]:
+    """SCRAM-SHA-256 over CONNECT / AUTH / CONNACK; (reason, server signature verified)."""
+    client = RawClient(port)
+    scram = ScramClient(username, password)
+    try:
+        client.send_packet(
+            Connect(
+                client_id="scram-1",
+                properties=Properties(
+                    authentication_method="SCRAM-SHA-256", authentication_data=scram.client_first()
+                ),
+            )
+        )
+        reply = client.read_packet()
+        if isinstance(reply, Connack):
+            return reply.reason_code, False
+        assert isinstance(reply, Auth) and reply.reason_code == 0x18 and reply.properties
+        server_first = reply.properties.authentication_data
+        assert server_first is not None
+        final = scram.client_final(server_first)
+        client.send_packet(
+            Auth(
+                0x18,
+                Properties(authentication_method="SCRAM-SHA-256", authentication_data=final),
+            )
+        )
+        ack = client.read_packet()
+        assert isinstance(ack, Connack)
+        if ack.reason_code != 0:
+            return ack.reason_code, False
+        assert ack.properties is not None and ack.properties.authentication_data is not None
+        scram.verify_server_final(ack.properties.authentication_data)
+        return 0, True
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(
+    ("username", "password", "expected"),
+    [
+        ("alice", "wonderland", (0, True)),
+        ("alice", "nope", (0x86, False)),
+        ("ghost", "x", (0x86, False)),
+        ("dave", "disabled", (0x87, False)),
+    ],
+    ids=["ok", "wrong-password", "unknown-user", "disabled"],
+)
+async def test_scram_enhanced_authentication(
+    file_node: Node, username: str, password: str, expected: tuple[int, bool]
+) -> None:
+    assert await asyncio.to_thread(scram_connect, file_node.port, username, password) == expected
+
+
+def raw_connect_method(port: int, method: str) -> int:
+    client = RawClient(port)
+    try:
+        client.send_packet(
+            Connect(client_id="m", properties=Properties(authentication_method=method))
+        )
+        ack = client.read_packet()
+        assert isinstance(ack, Connack)
+        return ack.reason_code
+    finally:
+        client.close()
+
+
+async def test_unknown_method(file_node: Node) -> None:
+    assert await asyncio.to_thread(raw_connect_method, file_node.port, "KERBEROS") == 0x8C
+
+
+def connect_and_wait_for_disconnect(port: int, ready: Any) -> int | None:
+    client = RawClient(port)
+    try:
+        client.send_packet(
+            Connect(client_id="alice-live", username="alice", password=b"wonderland")
+        )
+        ack = client.read_packet()
+        assert isinstance(ack, Connack) and ack.reason_code == 0, ack
+        ready()
+        packet = client.read_packet(timeout=10)
+        return packet.reason_code if isinstance(packet, Disconnect) else None
+    finally:
+        client.close()
+
+
+async def test_postgres_change_disconnects_a_connected_client(postgres_dsn: str) -> None:
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        await migrate(conn)
+        await admin.add_user(conn, "alice", b"wonderland", policy=FAST)
+        await admin.add_rule(conn, AclRule(Permission.ALLOW, Action.BOTH, "users/%u/#"))
+        store = PostgresAccounts(PostgresAccountsConfig(postgres_dsn, hash_policy=FAST))
+        async with running(store, store) as node:
+            store.events = node.broker
+            await store.start()
+            assert store._listener is not None
+            await asyncio.wait_for(store._listener.wait_connected(), 10)
+            loop = asyncio.get_running_loop()
+            connected = asyncio.Event()
+            waiter = asyncio.ensure_future(
+                asyncio.to_thread(
+                    connect_and_wait_for_disconnect,
+                    node.port,
+                    lambda: loop.call_soon_threadsafe(connected.set),
+                )
+            )
+            await asyncio.wait_for(connected.wait(), 10)
+            await admin.set_enabled(conn, "alice", False)
+            assert await asyncio.wait_for(waiter, 5) == 0x87
+            await store.close()
+    finally:
+        await conn.close()

@@ -1,0 +1,78 @@
+"""A blocking raw-socket MQTT client built on xmq.codec, for exact-byte protocol tests."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from xmq.codec.packets import MQTT_5, Connack, Connect, Packet, Will
+from xmq.codec.properties import Properties
+from xmq.codec.reader import PacketReader
+from xmq.codec.writer import encode
+
+
+class RawClient:
+    """Sends hand-built bytes or packets and reads the broker's packets back."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", version: int = MQTT_5) -> None:
+        self.sock = socket.create_connection((host, port), timeout=10)
+        self.version = version
+        self.reader = PacketReader(protocol_version=version)
+        self._pending: list[Packet] = []
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_packet(self, packet: Packet) -> None:
+        self.sock.sendall(encode(packet, self.version))
+
+    def connect(
+        self,
+        client_id: str,
+        keep_alive: int = 60,
+        clean_start: bool = True,
+        will: tuple[str, bytes] | None = None,
+        properties: Properties | None = None,
+    ) -> Connack:
+        packet = Connect(
+            protocol_name="MQTT" if self.version >= 4 else "MQIsdp",
+            protocol_version=self.version,
+            clean_start=clean_start,
+            keep_alive=keep_alive,
+            client_id=client_id,
+            properties=properties,
+            will=Will(will[0], will[1], 1) if will else None,
+        )
+        self.send_packet(packet)
+        ack = self.read_packet()
+        assert isinstance(ack, Connack), ack
+        return ack
+
+    def read_packet(self, timeout: float = 10.0) -> Packet | None:
+        """The next packet, or None when the broker closed the connection."""
+        deadline = time.monotonic() + timeout
+        while not self._pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no packet from the broker")
+            self.sock.settimeout(remaining)
+            try:
+                data = self.sock.recv(65536)
+            except ConnectionResetError:
+                return None
+            if not data:
+                return None
+            self._pending.extend(self.reader.feed(data))
+        return self._pending.pop(0)
+
+    def read_until_closed(self, timeout: float = 10.0) -> list[Packet]:
+        """Every packet until the broker closes the connection."""
+        packets: list[Packet] = []
+        while True:
+            packet = self.read_packet(timeout)
+            if packet is None:
+                return packets
+            packets.append(packet)
+
+    def close(self) -> None:
+        self.sock.close()

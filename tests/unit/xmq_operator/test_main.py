@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from xmq_operator.main import DEFAULT_LIVENESS, parse_args
+
+
+def test_defaults_watch_all_namespaces_with_a_liveness_endpoint() -> None:
+    args = parse_args([])
+    assert args.namespace == []
+    assert args.liveness == DEFAULT_LIVENESS
+
+
+def test_namespaces_are_repeatable() -> None:
+    assert parse_args(["--namespace", "a", "--namespace", "b"]).namespace == ["a", "b"]

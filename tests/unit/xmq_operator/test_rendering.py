@@ -1,0 +1,212 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit.xmq_operator.cluster_bodies import cluster_body
+from xmq.contract import pod as pod_contract
+from xmq_operator.broker_config import InvalidBrokerConfigError
+from xmq_operator.naming import (
+    CONFIG_HASH_ANNOTATION,
+    LABEL_MANAGED_BY,
+    RESTART_ANNOTATION,
+    TEMPLATE_HASH_ANNOTATION,
+)
+from xmq_operator.reconciler import Desired, parse_spec, render
+
+
+def _render(
+    spec: dict[str, Any] | None = None, annotations: dict[str, str] | None = None
+) -> Desired:
+    body = cluster_body(spec, annotations)
+    return render(body, parse_spec(body))
+
+
+def _pod_spec(desired: Desired) -> dict[str, Any]:
+    spec: dict[str, Any] = desired.statefulset["spec"]["template"]["spec"]
+    return spec
+
+
+def _by_kind(desired: Desired, kind: str, name: str | None = None) -> dict[str, Any]:
+    for child in desired.children:
+        if child["kind"] == kind and (name is None or child["metadata"]["name"] == name):
+            return child
+    raise AssertionError(f"no {kind} {name}")
+
+
+def test_every_child_is_owned_by_the_cluster_and_labelled() -> None:
+    desired = _render()
+    for child in (*desired.children, desired.statefulset):
+        (owner,) = child["metadata"]["ownerReferences"]
+        assert owner == {
+            "apiVersion": "xmq.io/v1alpha1",
+            "kind": "XmqCluster",
+            "name": "prod",
+            "uid": "0f6a3c2e-uid",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        assert child["metadata"]["namespace"] == "mq"
+        labels = child["metadata"]["labels"]
+        assert labels[LABEL_MANAGED_BY] == "xmq-operator"
+        assert labels["app.kubernetes.io/instance"] == "prod"
+        assert labels["app.kubernetes.io/version"] == "0.1.0"
+    kinds = sorted(child["kind"] for child in desired.children)
+    assert kinds == ["ConfigMap", "PodDisruptionBudget", "Service", "Service"]
+
+
+def test_the_statefulset_is_on_delete_with_the_default_replicas() -> None:
+    sts = _render().statefulset
+    assert sts["spec"]["updateStrategy"] == {"type": "OnDelete"}
+    assert sts["spec"]["replicas"] == 4
+    assert sts["spec"]["serviceName"] == "prod-peers"
+    assert sts["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "xmq",
+        "app.kubernetes.io/instance": "prod",
+        "app.kubernetes.io/component": "broker",
+    }
+
+
+def test_pods_have_probes_on_the_health_port_and_a_prestop_drain() -> None:
+    (container,) = _pod_spec(_render())["containers"]
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["xmq", "drain"]
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    assert ports == {"mqtt": 1884, "cluster": 7884, "health": pod_contract.HEALTH_PORT}
+    assert _pod_spec(_render())["terminationGracePeriodSeconds"] == 60 + 15
+
+
+def test_pods_get_their_identity_and_redis_url_from_the_api() -> None:
+    (container,) = _pod_spec(
+        _render({"postgres": {"secretRef": {"name": "pg", "key": "dsn"}}, "workers": 2})
+    )["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env["XMQ_POD_UID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.uid"
+    assert env["XMQ_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert env["XMQ_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "redis", "key": "url"}
+    assert env["XMQ_POSTGRES_DSN"]["valueFrom"]["secretKeyRef"] == {"name": "pg", "key": "dsn"}
+    assert env["XMQ_CLUSTER_NAME"]["value"] == "mq.prod"
+    assert env["XMQ_WORKERS"]["value"] == "2"
+
+
+def test_default_placement_is_the_c5n_group_one_per_node_spread_over_zones() -> None:
+    pod_spec = _pod_spec(_render())
+    (term,) = pod_spec["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"]
+    (expression,) = term["matchExpressions"]
+    assert expression["key"] == "node.kubernetes.io/instance-type"
+    assert "c5n.2xlarge" in expression["values"]
+    assert all(value.startswith("c5n.") for value in expression["values"])
+    (anti,) = pod_spec["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert anti["topologyKey"] == "kubernetes.io/hostname"
+    (spread,) = pod_spec["topologySpreadConstraints"]
+    assert spread["topologyKey"] == "topology.kubernetes.io/zone"
+
+
+def test_a_pinned_zone_is_a_required_node_affinity_without_spread() -> None:
+    pod_spec = _pod_spec(
+        _render(
+            {
+                "placement": {
+                    "zones": {"mode": "Pinned", "zone": "us-east-1a"},
+                    "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+                }
+            }
+        )
+    )
+    terms = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    expressions = terms["nodeSelectorTerms"][0]["matchExpressions"]
+    assert {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["us-east-1a"]} in (
+        expressions
+    )
+    assert "topologySpreadConstraints" not in pod_spec
+    assert pod_spec["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+
+
+def test_tls_adds_a_port_a_volume_and_a_service_port() -> None:
+    desired = _render({"listeners": {"tls": {"enabled": True, "secretName": "mqtt-tls"}}})
+    pod_spec = _pod_spec(desired)
+    assert {"name": "tls", "secret": {"secretName": "mqtt-tls"}} in pod_spec["volumes"]
+    client = _by_kind(desired, "Service", "prod")
+    assert [port["port"] for port in client["spec"]["ports"]] == [1884, 8883]
+    headless = _by_kind(desired, "Service", "prod-peers")
+    assert headless["spec"]["clusterIP"] == "None"
+    assert headless["spec"]["publishNotReadyAddresses"] is True
+
+
+def test_the_pdb_follows_the_spec() -> None:
+    pdb = _by_kind(_render({"podDisruptionBudget": {"maxUnavailable": 1}}), "PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == 1
+    kinds = [c["kind"] for c in _render({"podDisruptionBudget": {"enabled": False}}).children]
+    assert "PodDisruptionBudget" not in kinds
+
+
+def test_the_configmap_carries_the_validated_config_file() -> None:
+    desired = _render({"config": {"mqtt": {"max_packet_size": 65536}}})
+    config_map = _by_kind(desired, "ConfigMap")
+    text = config_map["data"]["xmq.yaml"]
+    assert "max_packet_size: 65536" in text
+    assert "port: 1884" in text
+
+
+def test_rendering_is_deterministic() -> None:
+    assert _render() == _render()
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"replicas": 7},
+        {"podDisruptionBudget": {"maxUnavailable": 2}},
+        {"config": {"log": {"level": "DEBUG"}}},
+    ],
+    ids=["replicas", "pdb", "hot-reloadable-log-level"],
+)
+def test_changes_that_need_no_restart_keep_the_template_hash(spec: dict[str, Any]) -> None:
+    assert _render(spec).template_hash == _render().template_hash
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"config": {"mqtt": {"receive_maximum": 10}}},
+        {"image": "xmq:0.2.0"},
+        {"workers": 3},
+        {"resources": {"limits": {"cpu": "4"}}},
+    ],
+    ids=["broker-config", "image", "workers", "resources"],
+)
+def test_restart_relevant_changes_move_the_template_hash(spec: dict[str, Any]) -> None:
+    assert _render(spec).template_hash != _render().template_hash
+
+
+def test_the_restart_annotation_rolls_and_the_config_hash_tracks_config_only() -> None:
+    restarted = _render(annotations={RESTART_ANNOTATION: "2026-11-30T03:00:00Z"})
+    plain = _render()
+    assert restarted.template_hash != plain.template_hash
+    assert restarted.config_hash == plain.config_hash
+    annotations = restarted.statefulset["spec"]["template"]["metadata"]["annotations"]
+    assert annotations[CONFIG_HASH_ANNOTATION] == plain.config_hash
+    assert annotations[TEMPLATE_HASH_ANNOTATION] == restarted.template_hash
+
+
+@pytest.mark.parametrize(
+    "config",
+    [{"mqtt": {"max_packet_size": 1}}, {"no_such_section": True}, {"log": {"level": "LOUD"}}],
+    ids=["out-of-bounds", "unknown-key", "bad-enum"],
+)
+def test_an_invalid_broker_config_is_refused_naming_the_field(config: dict[str, Any]) -> None:
+    with pytest.raises(InvalidBrokerConfigError, match="spec.config is invalid") as caught:
+        _render({"config": config})
+    first_key = next(iter(config))
+    assert first_key in str(caught.value)
+
+
+def test_a_configured_cluster_name_must_be_a_valid_redis_name() -> None:
+    with pytest.raises(InvalidBrokerConfigError, match="invalid cluster name"):
+        _render({"config": {"cluster": {"name": "bad:name"}}})
