@@ -44,25 +44,31 @@ class BenchError(RuntimeError):
 
 
 class _Workers:
+    """The worker processes, a command pipe to each and a report pipe from each."""
+
     def __init__(self, plan: ScenarioPlan) -> None:
         context = multiprocessing.get_context("spawn")
         self.pipes: list[Connection] = []
+        self.commands: list[Connection] = []
         self.processes: list[BaseProcess] = []
         for worker_plan in plan.workers:
-            ours, theirs = context.Pipe(duplex=True)
+            command_in, command_out = context.Pipe(duplex=False)
+            report_in, report_out = context.Pipe(duplex=False)
             process = context.Process(
                 target=worker_main,
-                args=(worker_plan, theirs),
+                args=(worker_plan, command_in, report_out),
                 name=f"xmq-bench-worker-{worker_plan.worker_index}",
                 daemon=True,
             )
             process.start()
-            theirs.close()
-            self.pipes.append(ours)
+            command_in.close()
+            report_out.close()
+            self.commands.append(command_out)
+            self.pipes.append(report_in)
             self.processes.append(process)
 
     def broadcast(self, message: Start | Stop) -> None:
-        for pipe in self.pipes:
+        for pipe in self.commands:
             with contextlib.suppress(OSError):
                 pipe.send(message)
 
@@ -72,7 +78,7 @@ class _Workers:
             assert isinstance(ready, Connection)
             try:
                 messages.append(ready.recv())
-            except EOFError:
+            except (EOFError, OSError):
                 self.pipes.remove(ready)
         return messages
 
@@ -82,7 +88,7 @@ class _Workers:
             if process.is_alive():
                 process.kill()
                 process.join(timeout=5)
-        for pipe in self.pipes:
+        for pipe in self.pipes + self.commands:
             pipe.close()
 
 

@@ -1,6 +1,8 @@
 """A load-client worker process: its share of the connections, on one uvloop event loop.
 
-Life cycle, driven by the runner over a pipe: connect subscribers and subscribe, connect
+Life cycle, driven by the runner over two one-way pipes (commands in, reports out; the
+command pipe is watched by the event loop, which makes it non-blocking, so reports, which can be
+large, travel on their own blocking pipe): connect subscribers and subscribe, connect
 publishers, report Ready; on Start, publish by schedule (message m of this worker is due at
 t0 + m / rate, spread round-robin over its publishers), connect the idle clients of the
 ``connections`` scenario by schedule, and report each interval; on Stop, send the final report
@@ -38,16 +40,17 @@ from xmq.bench.publish_schedule import PublishSchedule
 _MAX_PENDING_CONNECTS = 1000
 
 
-def worker_main(plan: WorkerPlan, pipe: Connection) -> None:
+def worker_main(plan: WorkerPlan, commands: Connection, reports: Connection) -> None:
     """Process entry point (spawned by the runner)."""
     try:
         _raise_file_limit()
-        uvloop.run(WorkerProcess(plan, pipe).run())
+        uvloop.run(WorkerProcess(plan, commands, reports).run())
     except Exception as exc:  # report, never hang the runner
         with contextlib.suppress(OSError):
-            pipe.send(WorkerFailed(plan.worker_index, f"{type(exc).__name__}: {exc}"))
+            reports.send(WorkerFailed(plan.worker_index, f"{type(exc).__name__}: {exc}"))
     finally:
-        pipe.close()
+        commands.close()
+        reports.close()
 
 
 def _raise_file_limit() -> None:
@@ -57,9 +60,10 @@ def _raise_file_limit() -> None:
 
 
 class WorkerProcess:
-    def __init__(self, plan: WorkerPlan, pipe: Connection) -> None:
+    def __init__(self, plan: WorkerPlan, commands: Connection, reports: Connection) -> None:
         self.plan = plan
-        self.pipe = pipe
+        self.commands = commands
+        self.pipe = reports
         self.sink = CounterSink()
         self.connections: list[BenchConnection] = []
         self.publishers: list[BenchConnection] = []
@@ -74,7 +78,7 @@ class WorkerProcess:
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
-        loop.add_reader(self.pipe.fileno(), self._read_pipe)
+        loop.add_reader(self.commands.fileno(), self._read_commands)
         try:
             await self._setup()
             command = await self.inbox.get()
@@ -106,15 +110,15 @@ class WorkerProcess:
             self._finish(schedule)
             await self._disconnect_all()
         finally:
-            loop.remove_reader(self.pipe.fileno())
+            loop.remove_reader(self.commands.fileno())
 
-    def _read_pipe(self) -> None:
-        while self.pipe.poll():
+    def _read_commands(self) -> None:
+        while self.commands.poll():
             try:
-                message = self.pipe.recv()
+                message = self.commands.recv()
             except EOFError:
                 self.inbox.put_nowait(Stop())
-                asyncio.get_running_loop().remove_reader(self.pipe.fileno())
+                asyncio.get_running_loop().remove_reader(self.commands.fileno())
                 return
             if isinstance(message, Start | Stop):
                 self.inbox.put_nowait(message)

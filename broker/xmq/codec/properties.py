@@ -298,6 +298,42 @@ class Properties:
         return f"Properties({fields})"
 
 
+_new_object = object.__new__
+
+
+def blank_properties() -> Properties:
+    """``Properties()`` without the keyword-argument overhead (the decoder's hot path)."""
+    props: Properties = _new_object(Properties)
+    props.payload_format_indicator = None
+    props.message_expiry_interval = None
+    props.content_type = None
+    props.response_topic = None
+    props.correlation_data = None
+    props.subscription_identifiers = None
+    props.session_expiry_interval = None
+    props.assigned_client_identifier = None
+    props.server_keep_alive = None
+    props.authentication_method = None
+    props.authentication_data = None
+    props.request_problem_information = None
+    props.will_delay_interval = None
+    props.request_response_information = None
+    props.response_information = None
+    props.server_reference = None
+    props.reason_string = None
+    props.receive_maximum = None
+    props.topic_alias_maximum = None
+    props.topic_alias = None
+    props.maximum_qos = None
+    props.retain_available = None
+    props.user_properties = None
+    props.maximum_packet_size = None
+    props.wildcard_subscription_available = None
+    props.subscription_identifier_available = None
+    props.shared_subscription_available = None
+    return props
+
+
 __all__ = [
     "ALLOWED_PROPERTIES",
     "BOOLEAN_PROPERTIES",
@@ -307,5 +343,6 @@ __all__ = [
     "WILL_PROPERTIES",
     "Properties",
     "PropertyId",
+    "blank_properties",
     "PropertyKind",
 ]

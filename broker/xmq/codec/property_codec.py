@@ -21,6 +21,7 @@ from xmq.codec.properties import (
     Properties,
     PropertyId,
     PropertyKind,
+    blank_properties,
 )
 from xmq.codec.wire import (
     U16,
@@ -96,21 +97,27 @@ def decode_properties(
 
     ``packet_type`` is the control packet type (1..15) or ``WILL_PROPERTIES`` (0).
     """
-    length, pos = read_varint(buf, pos, end)
-    if not length:
-        return None, pos
+    if pos >= end:
+        raise MalformedPacket("missing property length")
+    length = buf[pos]
+    if length < 0x80:
+        if not length:
+            return None, pos + 1
+        pos += 1
+    else:
+        length, pos = read_varint(buf, pos, end)
     stop = pos + length
     if stop > end:
         raise MalformedPacket("property list runs past the packet")
     table = _DECODE_TABLES[packet_type]
-    props = Properties()
+    props = blank_properties()
     seen = 0
     while pos < stop:
         pid = buf[pos]
         pos += 1
         entry = table[pid]
         if entry is None:
-            raise MalformedPacket(f"property 0x{pid:02x} unknown or not allowed in type {packet_type}")
+            raise MalformedPacket(f"property 0x{pid:02x} not allowed in packet type {packet_type}")
         name, kind, flags = entry
         value: Any
         if kind is _STRING:

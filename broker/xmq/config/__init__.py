@@ -6,8 +6,11 @@ from xmq.config.model import (
     LimitsConfig,
     ListenerConfig,
     LogConfig,
+    MetricsConfig,
     MqttConfig,
+    ShutdownConfig,
     SysConfig,
+    TlsConfig,
     load_config,
 )
 
@@ -17,7 +20,10 @@ __all__ = [
     "LimitsConfig",
     "ListenerConfig",
     "LogConfig",
+    "MetricsConfig",
     "MqttConfig",
+    "ShutdownConfig",
     "SysConfig",
+    "TlsConfig",
     "load_config",
 ]

@@ -19,6 +19,7 @@ from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES, ConnectTerms
+from xmq.routing.filter_trie import MatchCache
 from xmq.routing.retained import RetainedStore
 from xmq.routing.shared_tree import SharedGroup, SharedSubscriptions
 from xmq.routing.subscription_tree import SubscriptionTree
@@ -39,11 +40,12 @@ class Broker(AuthEvents):
         self.settings = settings
         self.stats = BrokerStats()
         self.sessions: dict[str, Session] = {}
-        self.subscriptions: SubscriptionTree[Session, Subscription] = SubscriptionTree()
+        # Delivery plans are cached per topic here, so the tree itself needs no cache.
+        self.subscriptions: SubscriptionTree[Session, Subscription] = SubscriptionTree(0)
         self.shared: SharedSubscriptions[Session, Subscription] = SharedSubscriptions()
         self.retained: RetainedStore[Message] = RetainedStore()
         self.connections: set[ClientConnection] = set()
-        self._plans: dict[str, Plan] = {}
+        self._plans: MatchCache[Plan] = MatchCache()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
 
@@ -165,9 +167,9 @@ class Broker(AuthEvents):
         session.subscriptions[key] = sub
         if sub.share_group is None:
             self.subscriptions.add(sub.topic_filter, session, sub)
+            self._plans.invalidate(sub.topic_filter)
         else:
             self.shared.add(sub.share_group, sub.topic_filter, session, sub)
-        self._plans.clear()
         return previous is None
 
     def unsubscribe(self, session: Session, key: str) -> bool:
@@ -182,11 +184,12 @@ class Broker(AuthEvents):
             self.subscriptions.remove(sub.topic_filter, session)
         else:
             self.shared.remove(sub.share_group, sub.topic_filter, session)
-        self._plans.clear()
+            return
+        self._plans.invalidate(sub.topic_filter)
 
     def known_topic(self, topic: str) -> bool:
         """True when the topic was routed before (and so validated): skips re-validation."""
-        return topic in self._plans
+        return topic in self._plans.entries
 
     def subscription_count(self) -> int:
         return len(self.subscriptions) + len(self.shared)
@@ -214,9 +217,7 @@ class Broker(AuthEvents):
                 first.retain_as_published or sub.retain_as_published,
             )
             plan[at] = (session, merged, first_ids + ids)
-        if len(self._plans) > 10_000:
-            self._plans.clear()
-        self._plans[topic] = plan
+        self._plans.put(topic, plan)
         return plan
 
     def publish(self, message: Message) -> int:
@@ -227,7 +228,7 @@ class Broker(AuthEvents):
                 self.retained.set(topic, message)
             else:
                 self.retained.delete(topic)
-        plan = self._plans.get(topic)
+        plan = self._plans.entries.get(topic)
         if plan is None:
             plan = self._plan(topic)
         now = self.now() if message.expires_at is not None else 0.0

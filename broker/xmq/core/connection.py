@@ -148,7 +148,7 @@ class ClientConnection:
     def protocol_error(self, error: ProtocolError) -> None:
         """The decoder refused the input: answer with the error's reason code and close."""
         if isinstance(error, UnsupportedProtocolVersion):
-            self.version = MQTT_5 if (error.protocol_version or 0) >= MQTT_5 else 4
+            self.version = 4  # an unknown level is answered in the 3.1.1 format (code 0x01)
             self._refuse(ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, str(error))
         elif self.state == AWAIT_CONNECT:
             self.version = MQTT_5 if self.version == 0 else self.version
@@ -353,7 +353,9 @@ class ClientConnection:
         """Refuse a connection attempt with CONNACK (MQTT 5 reason or 3.1.1 code), then close."""
         if self.state == CLOSED:
             return
-        self.broker.stats.connects_refused += 1
+        stats = self.broker.stats
+        stats.connects_refused += 1
+        stats.refused_by_reason[reason_code] = stats.refused_by_reason.get(reason_code, 0) + 1
         log.info(
             "refused %s (%s): 0x%02X %s", self.link.peer, self.client_id or "-", reason_code, reason
         )
@@ -368,8 +370,21 @@ class ClientConnection:
         self.state = CLOSED
         self.link.close()
 
-    def close_with(self, reason_code: int, reason: str = "") -> None:
-        """Close a connection, telling an MQTT 5 client why (DISCONNECT with the reason)."""
+    def refuse(self, reason_code: int, reason: str, protocol_version: int) -> None:
+        """Refuse a CONNECT before it is negotiated (admission limits of the network adapter)."""
+        if self.state != AWAIT_CONNECT:
+            return
+        self.version = protocol_version
+        self.broker.stats.connects_total += 1
+        self._refuse(reason_code, reason)
+
+    def close_with(
+        self, reason_code: int, reason: str = "", server_reference: str | None = None
+    ) -> None:
+        """Close a connection, telling an MQTT 5 client why (DISCONNECT with the reason).
+
+        ``server_reference`` (with 0x9C Use another server) names where the client should go.
+        """
         if self.state == CLOSED:
             return
         if self.state != CONNECTED:
@@ -384,6 +399,9 @@ class ClientConnection:
             if self.problem_info and reason:
                 props = Properties()
                 props.reason_string = reason
+            if server_reference:
+                props = props or Properties()
+                props.server_reference = server_reference
             self.link.write(encode(Disconnect(reason_code, props), MQTT_5))
         self._detach(publish_will=True)
         self.link.close()

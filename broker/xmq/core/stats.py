@@ -19,6 +19,7 @@ class BrokerStats:
         "messages_sent",
         "publish_denied",
         "queued_bytes",
+        "refused_by_reason",
     )
 
     def __init__(self) -> None:
@@ -34,3 +35,5 @@ class BrokerStats:
         self.messages_expired = 0
         self.publish_denied = 0
         self.queued_bytes = 0
+        self.refused_by_reason: dict[int, int] = {}
+        """CONNACK refusals by reason code (0x86/0x87: authentication, 0x97: quota, ...)."""

@@ -62,6 +62,7 @@ class MqttClientProtocol(asyncio.Protocol):
         "_write_limit",
         "conn",
         "on_close",
+        "on_made",
         "peer",
         "reader",
     )
@@ -86,6 +87,8 @@ class MqttClientProtocol(asyncio.Protocol):
         self.reader = PacketReader(max_packet_size)
         self.peer = "-"
         self.on_close = on_close
+        self.on_made: Callable[[MqttClientProtocol, asyncio.Transport], None] | None = None
+        """Called once the transport is up (PROXY peer, client certificate user name)."""
         self.conn = ClientConnection(broker, self, authenticator, authorizer)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -101,6 +104,8 @@ class MqttClientProtocol(asyncio.Protocol):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.conn.last_seen = self._clock()
+        if self.on_made is not None:
+            self.on_made(self, transport)
 
     def data_received(self, data: bytes) -> None:
         conn = self.conn

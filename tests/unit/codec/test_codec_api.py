@@ -24,7 +24,7 @@ from xmq.codec.packets import (
     Suback,
     Unsuback,
 )
-from xmq.codec.properties import PROPERTY_NAMES, Properties, PropertyId
+from xmq.codec.properties import PROPERTY_NAMES, Properties, PropertyId, blank_properties
 from xmq.codec.reader import PacketReader
 from xmq.codec.reason_codes import ReasonCode, connack_v311_code, suback_v311_code
 from xmq.codec.writer import encode, encode_publish_parts, encode_varint
@@ -80,6 +80,9 @@ def test_property_ids_and_slots() -> None:
     assert props.is_empty()
     with pytest.raises(AttributeError):
         props.not_a_property = 1  # type: ignore[attr-defined]
+    blank = blank_properties()
+    assert blank == props
+    assert all(getattr(blank, name) is None for name in PROPERTY_NAMES)
 
 
 def test_properties_equality_repr_copy() -> None:

@@ -1,0 +1,128 @@
+"""The binary form of a message queued for a persistent session, and of a forwarded publish.
+
+One record is one element of ``session:queue:<client id>`` (see :mod:`xmq.contract.keys`), and
+the body of a message crossing a node link. Layout (big-endian)::
+
+    u8 format (1) | u8 flags | u8 message qos
+    u8 id length | id                (unique per record: "<node id>/<epoch>/<counter>")
+    u16 origin length | origin       (publishing client id, for No Local)
+    u16 topic length | topic
+    u8 subscription id count | u32 each
+    MQTT 5 PUBLISH properties (varint length + list)
+    payload                           (the rest)
+
+``flags``: bits 0-1 the QoS of the delivery, bit 2 its retain flag, bit 3 the message's own
+retain flag. The id makes every record distinct, so ``LREM queue 1 <record>`` removes exactly
+the acknowledged one.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from xmq.codec.errors import ProtocolError
+from xmq.codec.properties import Properties
+from xmq.codec.property_codec import decode_properties, encode_properties
+
+RECORD_FORMAT = 1
+_HEAD = struct.Struct(">BBBB")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_PUBLISH = 3
+
+
+class RecordError(ValueError):
+    """Bytes that are not a message record."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRecord:
+    """A decoded record: the message plus how it is owed to one session."""
+
+    record_id: str
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    delivery_qos: int
+    delivery_retain: bool
+    origin: str | None
+    properties: Properties | None
+    subscription_ids: tuple[int, ...]
+
+
+def encode_record(
+    record_id: str,
+    topic: str,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    properties: Properties | None,
+    origin: str | None,
+    delivery_qos: int,
+    delivery_retain: bool,
+    subscription_ids: tuple[int, ...] = (),
+) -> bytes:
+    """Encode one record (see the module docstring for the layout)."""
+    flags = delivery_qos | (4 if delivery_retain else 0) | (8 if retain else 0)
+    rid = record_id.encode()
+    org = (origin or "").encode()
+    top = topic.encode()
+    if len(rid) > 255 or len(org) > 0xFFFF or len(top) > 0xFFFF or len(subscription_ids) > 255:
+        raise RecordError("record field too long")
+    parts = [
+        _HEAD.pack(RECORD_FORMAT, flags, qos, len(rid)),
+        rid,
+        _U16.pack(len(org)),
+        org,
+        _U16.pack(len(top)),
+        top,
+        bytes((len(subscription_ids),)),
+    ]
+    parts.extend(_U32.pack(sid) for sid in subscription_ids)
+    parts.append(encode_properties(properties, _PUBLISH) if properties is not None else b"\x00")
+    parts.append(payload)
+    return b"".join(parts)
+
+
+def decode_record(data: bytes | memoryview) -> MessageRecord:
+    """Decode a record; raises :class:`RecordError` when the bytes are not one."""
+    buf = memoryview(data)
+    end = len(buf)
+    try:
+        fmt, flags, qos, rid_len = _HEAD.unpack_from(buf, 0)
+        if fmt != RECORD_FORMAT:
+            raise RecordError(f"unknown record format {fmt}")
+        pos = 4
+        record_id = bytes(buf[pos : pos + rid_len]).decode()
+        pos += rid_len
+        (org_len,) = _U16.unpack_from(buf, pos)
+        pos += 2
+        origin = bytes(buf[pos : pos + org_len]).decode()
+        pos += org_len
+        (top_len,) = _U16.unpack_from(buf, pos)
+        pos += 2
+        topic = bytes(buf[pos : pos + top_len]).decode()
+        pos += top_len
+        count = buf[pos]
+        pos += 1
+        ids = tuple(_U32.unpack_from(buf, pos + 4 * n)[0] for n in range(count))
+        pos += 4 * count
+        props, pos = decode_properties(buf, pos, end, _PUBLISH)
+    except (struct.error, IndexError, UnicodeDecodeError, ProtocolError) as error:
+        raise RecordError(f"truncated or malformed record: {error}") from error
+    if pos > end:
+        raise RecordError("record runs past its end")
+    return MessageRecord(
+        record_id,
+        topic,
+        bytes(buf[pos:]),
+        qos,
+        bool(flags & 8),
+        flags & 3,
+        bool(flags & 4),
+        origin or None,
+        props,
+        ids,
+    )

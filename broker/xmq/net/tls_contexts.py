@@ -1,0 +1,133 @@
+"""Server TLS contexts of the TLS and secure WebSocket listeners, and their reload.
+
+A listener keeps one ``SSLContext`` for its whole life; a reload loads the new certificate
+and key into that same context, so new handshakes use them while connections already open
+keep their session. New files are first loaded into a scratch context: a broken or
+half-written pair is refused (and logged) without touching the live one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from pathlib import Path
+
+from xmq.config import TlsConfig
+
+log = logging.getLogger("xmq.net")
+
+_VERIFY_MODES = {
+    "none": ssl.CERT_NONE,
+    "optional": ssl.CERT_OPTIONAL,
+    "required": ssl.CERT_REQUIRED,
+}
+_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+
+def _load_into(context: ssl.SSLContext, config: TlsConfig) -> None:
+    context.load_cert_chain(str(config.cert_file), str(config.key_file))
+    if config.ca_file is not None:
+        context.load_verify_locations(cafile=str(config.ca_file))
+
+
+def _new_context(config: TlsConfig) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = _VERSIONS[config.min_version]
+    context.verify_mode = _VERIFY_MODES[config.client_certs]
+    _load_into(context, config)
+    return context
+
+
+class ReloadableTlsContext:
+    """One listener's server context; ``reload_if_changed`` is cheap (two ``stat`` calls)."""
+
+    def __init__(self, listener: str, config: TlsConfig) -> None:
+        self.listener = listener
+        self.config = config
+        self.context = _new_context(config)
+        self.reloads = 0
+        self._stamp = self._file_stamp()
+
+    def _files(self) -> list[Path]:
+        files = [self.config.cert_file, self.config.key_file]
+        if self.config.ca_file is not None:
+            files.append(self.config.ca_file)
+        return files
+
+    def _file_stamp(self) -> tuple[tuple[int, int], ...]:
+        stamps = []
+        for file in self._files():
+            try:
+                info = file.stat()
+            except OSError:
+                stamps.append((-1, -1))
+            else:
+                stamps.append((info.st_mtime_ns, info.st_size))
+        return tuple(stamps)
+
+    def reload(self) -> bool:
+        """Load the files again; return False (live context untouched) if they are broken."""
+        self._stamp = self._file_stamp()
+        try:
+            _new_context(self.config)  # validate first
+            _load_into(self.context, self.config)
+        except (OSError, ssl.SSLError) as error:
+            log.error("listener %s: certificate reload failed: %s", self.listener, error)
+            return False
+        self.reloads += 1
+        log.info("listener %s: certificates reloaded", self.listener)
+        return True
+
+    def reload_if_changed(self) -> bool:
+        if self._file_stamp() == self._stamp:
+            return False
+        return self.reload()
+
+
+class CertificateWatcher:
+    """Polls the certificate files of every TLS listener and reloads the ones that changed."""
+
+    def __init__(self, contexts: list[ReloadableTlsContext]) -> None:
+        self.contexts = contexts
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        intervals = [c.config.reload_interval_s for c in self.contexts]
+        intervals = [i for i in intervals if i > 0]
+        if intervals:
+            self._task = asyncio.get_running_loop().create_task(
+                self._poll(min(intervals)), name="xmq-certificate-watcher"
+            )
+
+    async def _poll(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            for context in self.contexts:
+                if context.config.reload_interval_s > 0:
+                    context.reload_if_changed()
+
+    def reload_all(self) -> int:
+        return sum(1 for context in self.contexts if context.reload())
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+
+def certificate_common_name(transport: asyncio.BaseTransport) -> str | None:
+    """The verified client certificate's Common Name, if the client sent one."""
+    peercert = transport.get_extra_info("peercert")
+    if not peercert:
+        return None
+    subject: tuple[tuple[tuple[str, str], ...], ...] = peercert.get("subject", ())
+    for rdn in subject:
+        for key, value in rdn:
+            if key == "commonName":
+                return value
+    return None
+
+
+CommonNameHook = Callable[[asyncio.BaseTransport], str | None]

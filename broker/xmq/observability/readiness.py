@@ -1,0 +1,97 @@
+"""Liveness and readiness: the event-loop lag probe and the registry of readiness checks.
+
+``/healthz`` answers from the loop itself (so an answer proves the loop runs) and fails when
+the lag probe has not run for a while or the lag is too high. ``/readyz`` runs every
+registered check (listening, draining, and whatever the app adds: Redis, PostgreSQL, cluster
+membership); each check is an async callable returning ``None`` when ready or a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+ReadinessCheck = Callable[[], Awaitable[str | None]]
+"""Returns ``None`` when ready, else a short reason (``"redis: connection refused"``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    name: str
+    problem: str | None
+
+
+class ReadinessChecks:
+    """Named readiness checks; adapters' checks are registered by the composition root."""
+
+    def __init__(self, timeout_s: float = 2.0) -> None:
+        self.timeout_s = timeout_s
+        self._checks: dict[str, ReadinessCheck] = {}
+
+    def add(self, name: str, check: ReadinessCheck) -> None:
+        self._checks[name] = check
+
+    def remove(self, name: str) -> None:
+        self._checks.pop(name, None)
+
+    def names(self) -> list[str]:
+        return list(self._checks)
+
+    async def run(self) -> list[CheckResult]:
+        names = list(self._checks)
+        outcomes = await asyncio.gather(
+            *(self._run_one(self._checks[name]) for name in names), return_exceptions=False
+        )
+        return [CheckResult(name, problem) for name, problem in zip(names, outcomes, strict=True)]
+
+    async def _run_one(self, check: ReadinessCheck) -> str | None:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await check()
+        except TimeoutError:
+            return f"no answer within {self.timeout_s:g}s"
+        except Exception as error:  # a failing check means "not ready", never a crash
+            return f"{type(error).__name__}: {error}"
+
+
+class LoopLagMonitor:
+    """Measures how late the loop runs a callback scheduled every ``interval_s`` seconds."""
+
+    __slots__ = ("_handle", "_loop", "interval_s", "last_lag_s", "last_run")
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self.interval_s = interval_s
+        self.last_lag_s = 0.0
+        self.last_run = time.monotonic()
+        self._handle: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._schedule()
+
+    def _schedule(self) -> None:
+        assert self._loop is not None
+        due = self._loop.time() + self.interval_s
+        self._handle = self._loop.call_at(due, self._tick, due)
+
+    def _tick(self, due: float) -> None:
+        assert self._loop is not None
+        self.last_lag_s = max(0.0, self._loop.time() - due)
+        self.last_run = time.monotonic()
+        self._schedule()
+
+    def stop(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def lag(self) -> float:
+        """The last lag measured, or how overdue the probe is if it has not run."""
+        overdue = time.monotonic() - self.last_run - self.interval_s
+        return max(self.last_lag_s, overdue, 0.0)
+
+    def healthy(self, max_lag_s: float) -> bool:
+        return self.lag() <= max_lag_s

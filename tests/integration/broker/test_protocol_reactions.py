@@ -1,0 +1,242 @@
+"""Malformed and protocol-violating input gets the right reason code and a closed connection.
+
+Driven with raw bytes and xmq.codec packets so that the exact reaction can be checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from tests.support.broker_process import BrokerProcess
+from tests.support.raw_client import RawClient
+from xmq.codec.packets import (
+    Connack,
+    Connect,
+    Disconnect,
+    Puback,
+    Publish,
+    Pubrec,
+    Suback,
+    Subscribe,
+    SubscriptionRequest,
+)
+from xmq.codec.properties import Properties
+
+StartBroker = Callable[..., BrokerProcess]
+
+
+def _connected(port: int, client_id: str, version: int = 5) -> RawClient:
+    raw = RawClient(port, version=version)
+    ack = raw.connect(client_id)
+    assert ack.reason_code == 0
+    return raw
+
+
+def _closing_reason(raw: RawClient) -> int | None:
+    """The DISCONNECT reason the broker sent before closing (None: closed silently)."""
+    packets = raw.read_until_closed(timeout=10)
+    disconnects = [p for p in packets if isinstance(p, Disconnect)]
+    return disconnects[-1].reason_code if disconnects else None
+
+
+def test_first_packet_must_be_connect(broker: BrokerProcess) -> None:
+    raw = RawClient(broker.port)
+    try:
+        raw.send(b"\xc0\x00")  # PINGREQ
+        assert raw.read_until_closed() == []
+    finally:
+        raw.close()
+
+
+def test_unsupported_protocol_level_gets_connack_0x01(broker: BrokerProcess) -> None:
+    raw = RawClient(broker.port, version=4)
+    try:
+        # CONNECT "MQTT" level 9, clean session, keep alive 60, client id "x"
+        raw.send(b"\x10\x0d\x00\x04MQTT\x09\x02\x00\x3c\x00\x01x")
+        packets = raw.read_until_closed()
+        assert len(packets) == 1
+        assert isinstance(packets[0], Connack)
+        assert packets[0].reason_code == 0x01
+    finally:
+        raw.close()
+
+
+def test_malformed_connect_is_refused_and_closed(broker: BrokerProcess) -> None:
+    raw = RawClient(broker.port)
+    try:
+        # CONNECT v5 whose reserved flag bit 0 is set: malformed
+        raw.send(b"\x10\x0e\x00\x04MQTT\x05\x03\x00\x3c\x00\x00\x01x")
+        packets = raw.read_until_closed()
+        assert all(isinstance(p, Connack) and p.reason_code >= 0x80 for p in packets)
+    finally:
+        raw.close()
+
+
+def test_second_connect_is_a_protocol_error(broker: BrokerProcess, uid: str) -> None:
+    raw = _connected(broker.port, uid)
+    try:
+        raw.send_packet(Connect(client_id=uid))
+        assert _closing_reason(raw) == 0x82
+    finally:
+        raw.close()
+
+
+def test_qos3_publish_is_malformed(broker: BrokerProcess, uid: str) -> None:
+    raw = _connected(broker.port, uid)
+    try:
+        raw.send(b"\x36\x06\x00\x01a\x00\x01\x00")
+        assert _closing_reason(raw) == 0x81
+    finally:
+        raw.close()
+
+
+def test_mqtt311_violation_closes_without_disconnect(broker: BrokerProcess, uid: str) -> None:
+    raw = _connected(broker.port, uid, version=4)
+    try:
+        raw.send(b"\x36\x05\x00\x01a\x00\x01")
+        assert raw.read_until_closed() == []
+    finally:
+        raw.close()
+
+
+def test_packet_too_large(start_broker: StartBroker, uid: str) -> None:
+    broker = start_broker(XMQ_MQTT__MAX_PACKET_SIZE="1024")
+    raw = _connected(broker.port, uid)
+    try:
+        raw.send_packet(Publish(f"{uid}/big", b"x" * 2000, qos=0))
+        assert _closing_reason(raw) == 0x95
+    finally:
+        raw.close()
+
+
+def test_receive_maximum_exceeded(start_broker: StartBroker, uid: str) -> None:
+    broker = start_broker(XMQ_MQTT__RECEIVE_MAXIMUM="2")
+    raw = _connected(broker.port, uid)
+    try:
+        for packet_id in (1, 2, 3):  # QoS 2, never released
+            raw.send_packet(Publish(f"{uid}/t", b"x", qos=2, packet_id=packet_id))
+        packets = raw.read_until_closed()
+        assert [type(p) for p in packets[:2]] == [Pubrec, Pubrec]
+        assert isinstance(packets[-1], Disconnect)
+        assert packets[-1].reason_code == 0x93
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize(
+    ("topic", "alias", "reason"),
+    [("t", 0, 0x94), ("t", 1000, 0x94), ("", 7, 0x82)],
+    ids=["alias-zero", "alias-above-maximum", "unknown-alias"],
+)
+def test_topic_alias_errors(
+    broker: BrokerProcess, uid: str, topic: str, alias: int, reason: int
+) -> None:
+    raw = _connected(broker.port, uid)
+    try:
+        props = Properties()
+        props.topic_alias = alias
+        raw.send_packet(Publish(topic, b"x", qos=0, properties=props))
+        assert _closing_reason(raw) == reason
+    finally:
+        raw.close()
+
+
+def test_topic_alias_inbound_resolves(broker: BrokerProcess, uid: str) -> None:
+    sub = _connected(broker.port, f"{uid}-s")
+    pub = _connected(broker.port, f"{uid}-p")
+    try:
+        sub.send_packet(Subscribe(1, [SubscriptionRequest(f"{uid}/a", 1)]))
+        assert isinstance(sub.read_packet(), Suback)
+        props = Properties()
+        props.topic_alias = 3
+        pub.send_packet(Publish(f"{uid}/a", b"1", qos=1, packet_id=1, properties=props))
+        again = Properties()
+        again.topic_alias = 3
+        pub.send_packet(Publish("", b"2", qos=1, packet_id=2, properties=again))
+        got = [sub.read_packet(), sub.read_packet()]
+        assert [(p.topic, p.payload) for p in got if isinstance(p, Publish)] == [
+            (f"{uid}/a", b"1"),
+            (f"{uid}/a", b"2"),
+        ]
+    finally:
+        sub.close()
+        pub.close()
+
+
+def test_wildcard_in_topic_name(broker: BrokerProcess, uid: str) -> None:
+    raw = _connected(broker.port, uid)
+    try:
+        raw.send_packet(Publish(f"{uid}/+", b"x", qos=0))
+        assert _closing_reason(raw) == 0x90
+    finally:
+        raw.close()
+
+
+def test_subscription_identifier_in_publish(broker: BrokerProcess, uid: str) -> None:
+    raw = _connected(broker.port, uid)
+    try:
+        props = Properties()
+        props.subscription_identifiers = [5]
+        raw.send_packet(Publish(f"{uid}/t", b"x", qos=0, properties=props))
+        assert _closing_reason(raw) == 0x82
+    finally:
+        raw.close()
+
+
+def test_payload_format_invalid(broker: BrokerProcess, uid: str) -> None:
+    raw = _connected(broker.port, uid)
+    try:
+        props = Properties()
+        props.payload_format_indicator = 1
+        raw.send_packet(Publish(f"{uid}/t", b"\xff\xfe", qos=1, packet_id=9, properties=props))
+        ack = raw.read_packet()
+        assert isinstance(ack, Puback)
+        assert (ack.packet_id, ack.reason_code) == (9, 0x99)
+    finally:
+        raw.close()
+
+
+def test_invalid_filters_and_shared_no_local(broker: BrokerProcess, uid: str) -> None:
+    raw = _connected(broker.port, uid)
+    try:
+        raw.send_packet(
+            Subscribe(
+                1,
+                [
+                    SubscriptionRequest(f"{uid}/#/x", 1),
+                    SubscriptionRequest(f"{uid}/ok", 2),
+                    SubscriptionRequest("$share//x", 1),
+                ],
+            )
+        )
+        ack = raw.read_packet()
+        assert isinstance(ack, Suback)
+        assert ack.reason_codes == [0x8F, 2, 0x8F]
+        raw.send_packet(Subscribe(2, [SubscriptionRequest(f"$share/g/{uid}", 1, no_local=True)]))
+        assert _closing_reason(raw) == 0x82
+    finally:
+        raw.close()
+
+
+def test_reserved_topics_are_not_writable(broker: BrokerProcess, uid: str) -> None:
+    raw = _connected(broker.port, uid)
+    try:
+        raw.send_packet(Publish("$SYS/broker/fake", b"x", qos=1, packet_id=4))
+        ack = raw.read_packet()
+        assert isinstance(ack, Puback)
+        assert ack.reason_code == 0x87
+    finally:
+        raw.close()
+
+
+def test_no_matching_subscribers_reason(broker: BrokerProcess, uid: str) -> None:
+    raw = _connected(broker.port, uid)
+    try:
+        raw.send_packet(Publish(f"{uid}/nobody", b"x", qos=1, packet_id=4))
+        ack = raw.read_packet()
+        assert isinstance(ack, Puback)
+        assert ack.reason_code == 0x10
+    finally:
+        raw.close()
