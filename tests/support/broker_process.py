@@ -34,6 +34,7 @@ class BrokerProcess:
         args += list(extra_args)
         full_env = dict(os.environ)
         full_env.setdefault("XMQ_SYS__INTERVAL_S", "0")
+        full_env.setdefault("XMQ_METRICS__PORT", "0")
         full_env.update(env or {})
         self.log_path = Path(self._tmp.name) / "broker.log"
         self._log = self.log_path.open("wb")

@@ -8,6 +8,8 @@ import signal
 import sys
 
 from xmq import __version__
+from xmq.app.node_endpoint import NodeEndpoint
+from xmq.auth.file_accounts import FileAccounts
 from xmq.codec.reason_codes import ReasonCode
 from xmq.config import BrokerConfig
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator, Authenticator, Authorizer
@@ -53,9 +55,10 @@ def core_settings(config: BrokerConfig) -> CoreSettings:
 
 
 def build_auth(config: BrokerConfig) -> tuple[Authenticator, Authorizer]:
-    """The embedded default: anonymous access (accounts file and PostgreSQL come later)."""
+    """Accounts file when configured (passwords and SCRAM-SHA-256), else anonymous access."""
     if config.auth.accounts_file is not None:
-        raise NotImplementedError("accounts_file is not supported yet")
+        accounts = FileAccounts.load(config.auth.accounts_file)
+        return accounts, accounts
     return AnonymousAuthenticator(config.auth.allow_anonymous), AllowAll()
 
 
@@ -67,10 +70,18 @@ class BrokerNode:
         self.broker = Broker(core_settings(config))
         authenticator, authorizer = build_auth(config)
         self.listeners = ListenerSet(
-            self.broker, authenticator, authorizer, config.mqtt.max_packet_size
+            self.broker,
+            authenticator,
+            authorizer,
+            config.mqtt.max_packet_size,
+            config.limits.max_connections,
         )
         self.sys = SysPublisher(self.broker, config.sys.interval_s)
         self.stopping = asyncio.Event()
+        self.draining = False
+        self.endpoint = NodeEndpoint(
+            config.metrics, self.broker, self.listeners, lambda: self.draining, self.drain
+        )
 
     async def start(self) -> None:
         await self.listeners.start(self.config.listeners)
@@ -81,23 +92,54 @@ class BrokerNode:
                 f"xmq: listening {bound.name} {bound.protocol} {bound.host}:{bound.port}",
                 flush=True,
             )
+        metrics = await self.endpoint.start()
+        if metrics is not None:
+            print(f"xmq: listening metrics http {metrics[0]}:{metrics[1]}", flush=True)
 
-    async def shutdown(self, grace_s: float = 5.0) -> None:
+    async def drain(self, server_reference: str | None = None) -> int:
+        """Stop accepting and move clients away (0x9C + Server Reference, else 0x8B); keep
+        running (readiness fails) until SIGTERM. Returns the number of clients disconnected."""
+        self.draining = True
+        self.listeners.stop_accepting()
+        reference = server_reference or self.config.shutdown.server_reference
+        connections = list(self.broker.connections)
+        log.info("draining %d clients (server reference %s)", len(connections), reference)
+        for conn in connections:
+            if reference:
+                conn.close_with(ReasonCode.USE_ANOTHER_SERVER, "draining", reference)
+            else:
+                conn.close_with(ReasonCode.SERVER_SHUTTING_DOWN, "draining")
+        return len(connections)
+
+    async def shutdown(self, grace_s: float | None = None) -> None:
         """Stop accepting, tell MQTT 5 clients the server is shutting down, flush, close."""
+        if grace_s is None:
+            grace_s = self.config.shutdown.grace_s
         self.listeners.stop_accepting()
         self.sys.stop()
+        reference = self.config.shutdown.server_reference if self.draining else None
         for conn in list(self.broker.connections):
-            conn.close_with(ReasonCode.SERVER_SHUTTING_DOWN, "server shutting down")
+            if reference:
+                conn.close_with(ReasonCode.USE_ANOTHER_SERVER, "draining", reference)
+            else:
+                conn.close_with(ReasonCode.SERVER_SHUTTING_DOWN, "server shutting down")
         try:
             await asyncio.wait_for(self.listeners.idle.wait(), grace_s)
         except TimeoutError:
             for client in list(self.listeners.clients):
                 client.abort()
+        await self.endpoint.stop()
+
+    def reload(self) -> None:
+        """SIGHUP: reload TLS certificates now."""
+        count = self.listeners.reload_certificates()
+        log.info("SIGHUP: %d certificate contexts reloaded", count)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stopping.set)
+        loop.add_signal_handler(signal.SIGHUP, self.reload)
         await self.start()
         await self.stopping.wait()
         log.info("shutting down")

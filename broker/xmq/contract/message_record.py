@@ -88,7 +88,7 @@ def encode_record(
 
 def decode_record(data: bytes | memoryview) -> MessageRecord:
     """Decode a record; raises :class:`RecordError` when the bytes are not one."""
-    buf = memoryview(data)
+    buf = bytes(data)
     end = len(buf)
     try:
         fmt, flags, qos, rid_len = _HEAD.unpack_from(buf, 0)

@@ -14,6 +14,14 @@ from typing import TYPE_CHECKING
 from xmq.codec.packets import Will
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.auth_ports import AuthEvents
+from xmq.core.cluster_claims import apply_restored
+from xmq.core.cluster_ports import (
+    ClusterRouter,
+    DurableStore,
+    NodeIdentity,
+    RestoredSession,
+    SessionDirectory,
+)
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.settings import CoreSettings
@@ -48,6 +56,11 @@ class Broker(AuthEvents):
         self._plans: MatchCache[Plan] = MatchCache()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
+        # Cluster ports (xmq.app wires them when Redis is configured; None on a single node).
+        self.identity: NodeIdentity | None = None
+        self.directory: SessionDirectory | None = None
+        self.cluster: ClusterRouter | None = None
+        self.store: DurableStore | None = None
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -64,7 +77,12 @@ class Broker(AuthEvents):
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def attach(self, conn: ClientConnection, terms: ConnectTerms) -> tuple[Session, bool]:
+    def attach(
+        self,
+        conn: ClientConnection,
+        terms: ConnectTerms,
+        restored: RestoredSession | None = None,
+    ) -> tuple[Session, bool]:
         """Bind a connection to its session (taking over a live one); return (session, present)."""
         existing = self.sessions.get(terms.client_id)
         if existing is not None and existing.connection is not None:
@@ -72,17 +90,22 @@ class Broker(AuthEvents):
             existing = self.sessions.get(terms.client_id)
         present = False
         if existing is not None and terms.clean_start:
-            self.end_session(existing)
+            self.end_session(existing, release=False)
             existing = None
         if existing is None:
             session = Session(terms.client_id, self.settings.queues, self.stats)
             self.sessions[terms.client_id] = session
+            if restored is not None:
+                apply_restored(self, session, restored)
+                present = True
         else:
             session = existing
             present = True
             self._cancel_timers(session)
         session.expiry_s = terms.session_expiry_s
         session.connection = conn
+        if self.store is not None:
+            session.store = self.store if terms.session_expiry_s else None
         return session, present
 
     def detach(self, session: Session, conn: ClientConnection, publish_will: bool) -> None:
@@ -90,6 +113,8 @@ class Broker(AuthEvents):
         if session.connection is not conn:
             return
         session.connection = None
+        if session.store is not None:
+            session.store.disconnected(session)
         for delivery in session.take_shared():
             self._redispatch(delivery)
         will = session.will
@@ -135,7 +160,7 @@ class Broker(AuthEvents):
             session.will_handle = None
         session.will = None  # a resumed session cancels its delayed will
 
-    def end_session(self, session: Session) -> None:
+    def end_session(self, session: Session, release: bool = True) -> None:
         """Remove a session and everything it owns; a delayed will still pending goes out."""
         will = session.will
         self._cancel_timers(session)
@@ -145,8 +170,39 @@ class Broker(AuthEvents):
         session.discard_queue()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
+            if self.cluster is not None:
+                self.cluster.session_gone(session)
+            if release and self.directory is not None:
+                self.directory.release(session.client_id)
+        session.store = None
         if will is not None:
             self.publish_will(will)
+
+    def hand_over(self, client_id: str) -> Session | None:
+        """Another node takes this session over: close its client (0x8E), forget it here.
+
+        Its stored copy (persistent sessions) stays in Redis for the new owner.
+        """
+        session = self.sessions.get(client_id)
+        if session is None:
+            return None
+        if session.connection is not None:
+            session.connection.take_over()
+        session = self.sessions.get(client_id)
+        if session is None:
+            return None
+        self._cancel_timers(session)
+        for flt, sub in list(session.subscriptions.items()):
+            self._remove_subscription(session, flt, sub)
+        session.stats.queued_bytes -= session.queued_bytes
+        session.queued_bytes = 0
+        session.queue.clear()
+        session.inflight.clear()
+        del self.sessions[client_id]
+        if self.cluster is not None:
+            self.cluster.session_gone(session)
+        session.store = None
+        return session
 
     def publish_will(self, will: Will) -> None:
         message = Message(
@@ -165,6 +221,12 @@ class Broker(AuthEvents):
         )
         previous = session.subscriptions.get(key)
         session.subscriptions[key] = sub
+        if session.store is not None:
+            session.store.subscribed(session, key, sub)
+        if self.cluster is not None:
+            if previous is not None:
+                self.cluster.subscription_changed(session, previous, False)
+            self.cluster.subscription_changed(session, sub, True)
         if sub.share_group is None:
             self.subscriptions.add(sub.topic_filter, session, sub)
             self._plans.invalidate(sub.topic_filter)
@@ -176,10 +238,14 @@ class Broker(AuthEvents):
         sub = session.subscriptions.pop(key, None)
         if sub is None:
             return False
+        if session.store is not None:
+            session.store.subscribed(session, key, None)
         self._remove_subscription(session, key, sub)
         return True
 
     def _remove_subscription(self, session: Session, key: str, sub: Subscription) -> None:
+        if self.cluster is not None:
+            self.cluster.subscription_changed(session, sub, False)
         if sub.share_group is None:
             self.subscriptions.remove(sub.topic_filter, session)
         else:
@@ -242,11 +308,81 @@ class Broker(AuthEvents):
             qos = sub.qos if sub.qos < mqos else mqos
             if session.deliver(message, qos, retain and sub.retain_as_published, ids, None, now):
                 count += 1
+        cluster = self.cluster
+        if cluster is not None:
+            count += cluster.forward(message)
         if len(self.shared):
             for group in self.shared.match(topic):
-                if self._deliver_shared(group, message, now, ()):
+                if cluster is not None and self._shared_elsewhere(cluster, group, message):
+                    count += 1
+                elif self._deliver_shared(group, message, now, ()):
                     count += 1
         return count
+
+    # -- cluster entry points ---------------------------------------------------------------
+
+    def publish_from_peer(self, message: Message) -> int:
+        """A message another node routed here: local non-shared subscribers only."""
+        topic = message.topic
+        if message.retain:
+            if message.payload:
+                self.retained.set(topic, message)
+            else:
+                self.retained.delete(topic)
+        plan = self._plans.entries.get(topic)
+        if plan is None:
+            plan = self._plan(topic)
+        now = self.now() if message.expires_at is not None else 0.0
+        origin = message.origin
+        mqos = message.qos
+        count = 0
+        for session, sub, ids in plan:
+            if sub.no_local and session.client_id == origin:
+                continue
+            qos = sub.qos if sub.qos < mqos else mqos
+            retain = message.retain and sub.retain_as_published
+            if session.deliver(message, qos, retain, ids, None, now):
+                count += 1
+        return count
+
+    def publish_shared_from_peer(self, group: str, topic_filter: str, message: Message) -> bool:
+        """Another node picked this node for a shared group: deliver to one local member."""
+        found = self.shared.get_group(group, topic_filter)
+        if found is None:
+            self.stats.messages_dropped += 1
+            return False
+        now = self.now() if message.expires_at is not None else 0.0
+        return self._deliver_shared(found, message, now, ())
+
+    def deliver_direct(
+        self, client_id: str, message: Message, qos: int, retain: bool, ids: tuple[int, ...]
+    ) -> bool:
+        """A message for one session this node owns (sent by a node that found it here)."""
+        session = self.sessions.get(client_id)
+        if session is None:
+            self.stats.messages_dropped += 1
+            return False
+        now = self.now() if message.expires_at is not None else 0.0
+        return session.deliver(message, qos, retain, ids, None, now)
+
+    def _shared_elsewhere(
+        self,
+        cluster: ClusterRouter,
+        group: SharedGroup[Session, Subscription],
+        message: Message,
+    ) -> bool:
+        """Local members first; with none online here, another node's members get it."""
+        for session in group.members:
+            if session.connection is not None:
+                return False
+        if not cluster.has_shared(group.group, group.topic_filter):
+            return False
+        return cluster.forward_shared(group.group, group.topic_filter, message)
+
+    def drop_all_sessions(self) -> None:
+        """The node lost its lease: forget every session (their stored copies stay)."""
+        for client_id in list(self.sessions):
+            self.hand_over(client_id)
 
     def _deliver_shared(
         self,

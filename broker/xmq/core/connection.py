@@ -42,6 +42,8 @@ from xmq.core.auth_ports import (
     ClientAcl,
     Credentials,
 )
+from xmq.core.cluster_claims import claim_cluster_wide
+from xmq.core.cluster_ports import ClusterUnavailable, RestoredSession
 from xmq.core.message import Message
 from xmq.core.ports import ClientLink
 from xmq.core.publish_flow import on_puback, on_pubcomp, on_publish, on_pubrec, on_pubrel
@@ -227,6 +229,7 @@ class ClientConnection:
         if step.reason_code == ReasonCode.CONTINUE_AUTHENTICATION:
             self._exchange = (exchange, connect)
             self.link.write(encode(Auth(ReasonCode.CONTINUE_AUTHENTICATION, props), MQTT_5))
+            self.link.resume_reading()  # the client's next AUTH must get through
             return
         self._exchange = None
         decision = step.decision or AuthDecision(step.reason_code)
@@ -256,13 +259,21 @@ class ClientConnection:
         ):
             self.close_with(ReasonCode.PROTOCOL_ERROR, "AUTH without the CONNECT's method")
             return
-        if self._auth_task is not None:
-            self.close_with(ReasonCode.PROTOCOL_ERROR, "AUTH while a step is in progress")
-            return
-        if packet.reason_code == ReasonCode.CONTINUE_AUTHENTICATION and self._exchange:
+        if packet.reason_code == ReasonCode.CONTINUE_AUTHENTICATION:
+            if self._exchange is None:
+                self.close_with(ReasonCode.PROTOCOL_ERROR, "AUTH without an exchange")
+                return
             exchange, connect = self._exchange
+            self._exchange = None
+            if connect is not None:
+                self.link.pause_reading()
             self._start_task(self._exchange_step(exchange, data, connect))
-        elif packet.reason_code == ReasonCode.REAUTHENTICATE and self.state == CONNECTED:
+        elif (
+            packet.reason_code == ReasonCode.REAUTHENTICATE
+            and self.state == CONNECTED
+            and self._exchange is None
+            and self._auth_task is None
+        ):
             credentials = Credentials(
                 self.client_id, self.username, None, self.link.peer, self.version
             )
@@ -283,13 +294,22 @@ class ClientConnection:
         terms = self.terms
         assert terms is not None
         broker = self.broker
+        restored: RestoredSession | None = None
+        if broker.directory is not None:
+            try:  # one batched Redis round trip: this node becomes the client id's owner
+                restored = await claim_cluster_wide(broker, terms)
+            except ClusterUnavailable as error:
+                self._refuse(ReasonCode.SERVER_UNAVAILABLE, str(error))
+                return
+            if self.state != AUTHENTICATING:
+                return
         self.acl = acl
         self.username = decision.username
         self.send_window = min(terms.client_receive_maximum, broker.settings.queues.max_inflight)
         self.max_packet_size = terms.client_max_packet_size
         if terms.client_topic_alias_maximum:
             self.out_aliases = OutboundTopicAliases(terms.client_topic_alias_maximum)
-        session, present = broker.attach(self, terms)
+        session, present = broker.attach(self, terms, restored)
         self.session = session
         session.will = connect.will
         self.state = CONNECTED

@@ -17,6 +17,7 @@ from xmq.protocol.packet_ids import PacketIdAllocator
 if TYPE_CHECKING:
     from asyncio import TimerHandle
 
+    from xmq.core.cluster_ports import DurableStore
     from xmq.core.connection import ClientConnection
     from xmq.core.stats import BrokerStats
 
@@ -62,7 +63,16 @@ class Subscription:
 class Delivery:
     """A QoS 1/2 message owed to one session: queued (packet_id 0) or in flight."""
 
-    __slots__ = ("message", "packet_id", "qos", "released", "retain", "share", "subscription_ids")
+    __slots__ = (
+        "message",
+        "packet_id",
+        "qos",
+        "record",
+        "released",
+        "retain",
+        "share",
+        "subscription_ids",
+    )
 
     def __init__(
         self,
@@ -79,6 +89,7 @@ class Delivery:
         self.packet_id = 0
         self.released = False  # QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
         self.share = share
+        self.record: bytes | None = None  # durable record (persistent sessions in a cluster)
 
 
 class QueueLimits:
@@ -110,6 +121,7 @@ class Session:
         "queue",
         "queued_bytes",
         "stats",
+        "store",
         "subscriptions",
         "will",
         "will_handle",
@@ -132,6 +144,7 @@ class Session:
         self.will_handle: TimerHandle | None = None
         self.limits = limits
         self.stats = stats
+        self.store: DurableStore | None = None  # set for persistent sessions in a cluster
 
     # -- outbound ---------------------------------------------------------------------------
 
@@ -152,6 +165,20 @@ class Session:
                 return False
             return conn.send_publish(message, 0, retain, subscription_ids, 0, now)
         delivery = Delivery(message, qos, retain, subscription_ids, share)
+        if self.store is not None:
+            return self.store.record(self, delivery, now)
+        if (
+            conn is not None
+            and not self.queue
+            and len(self.inflight) < conn.send_window
+            and conn.link.writable()
+        ):
+            return self._send_new(conn, delivery, now)
+        return self._enqueue(delivery)
+
+    def deliver_recorded(self, delivery: Delivery, now: float) -> bool:
+        """Send or queue a QoS 1/2 delivery (after its durable record, when there is one)."""
+        conn = self.connection
         if (
             conn is not None
             and not self.queue
@@ -190,6 +217,8 @@ class Session:
             return False  # too large for this client: skipped as the spec says
         delivery.packet_id = packet_id
         self.inflight[packet_id] = delivery
+        if self.store is not None:
+            self.store.sent(self, delivery)
         return True
 
     def pump(self, now: float) -> None:
@@ -214,6 +243,8 @@ class Session:
     def acknowledge(self, packet_id: int, now: float) -> Delivery | None:
         """PUBACK (QoS 1) or PUBCOMP (QoS 2) received: the delivery is complete."""
         delivery = self.inflight.pop(packet_id, None)
+        if delivery is not None and self.store is not None:
+            self.store.acknowledged(self, delivery)
         if delivery is not None and self.queue:
             self.pump(now)
         return delivery
@@ -224,6 +255,8 @@ class Session:
         if delivery is None or delivery.qos != 2:
             return False
         delivery.released = True
+        if self.store is not None:
+            self.store.released(self, delivery)
         return True
 
     def resend_inflight(self, conn: ClientConnection, now: float) -> None:

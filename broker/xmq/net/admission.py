@@ -45,6 +45,9 @@ class ListenerGate:
             return ReasonCode.CONNECTION_RATE_EXCEEDED, f"listener {self.name}: connection rate"
         return None
 
+    def count_throttled(self) -> None:
+        self.throttled += 1
+
 
 class RefusedClientProtocol(MqttClientProtocol):
     """A connection admitted only to be refused: reads CONNECT, answers the reason, closes."""

@@ -1,17 +1,33 @@
-"""Listening sockets: one asyncio server per configured listener."""
+"""Listening sockets: one server per configured listener (TCP, TLS, WebSocket, secure WS).
+
+Each listener has a ``ListenerGate`` (open connections, limits, connection rate), optional
+TLS context (reloadable), optional WebSocket framing and optional PROXY protocol. The MQTT
+protocol object is the same for all of them; only listeners with a publish rate use the
+throttled subclass, and connections over a limit get a protocol that refuses their CONNECT.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from xmq.config import ListenerConfig
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
+from xmq.net.admission import ListenerGate, RefusedClientProtocol
+from xmq.net.certificate_auth import CertificateUserAuthenticator
 from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol
+from xmq.net.proxy_accept import ProxyProtocolServer
+from xmq.net.publish_throttle import ThrottledClientProtocol
+from xmq.net.tls_contexts import (
+    CertificateWatcher,
+    ReloadableTlsContext,
+    certificate_common_name,
+)
+from xmq.net.websocket_transport import WebSocketProtocol
 
 log = logging.getLogger("xmq.net")
 
@@ -35,14 +51,21 @@ class ListenerSet:
         authenticator: Authenticator,
         authorizer: Authorizer,
         max_packet_size: int,
+        max_connections: int = 0,
     ) -> None:
         self.broker = broker
         self.authenticator = authenticator
         self.authorizer = authorizer
         self.max_packet_size = max_packet_size
+        self.max_connections = max_connections
         self.clients: set[MqttClientProtocol] = set()
         self.bound: list[BoundListener] = []
+        self.gates: dict[str, ListenerGate] = {}
+        self.tls_contexts: list[ReloadableTlsContext] = []
+        self.certificates = CertificateWatcher(self.tls_contexts)
+        self.open_total = 0
         self._servers: list[asyncio.Server] = []
+        self._proxy_servers: list[ProxyProtocolServer] = []
         self._scheduler: FlushScheduler | None = None
         self.idle = asyncio.Event()
         self.idle.set()
@@ -51,45 +74,154 @@ class ListenerSet:
         loop = asyncio.get_running_loop()
         self._scheduler = FlushScheduler(loop)
         for spec in listeners:
-            if spec.protocol != "tcp":
-                raise NotImplementedError(
-                    f"listener {spec.name}: {spec.protocol} not supported yet"
-                )
+            await self._start_one(loop, spec)
+        self.certificates.start()
+
+    async def _start_one(self, loop: asyncio.AbstractEventLoop, spec: ListenerConfig) -> None:
+        gate = ListenerGate(
+            spec.name,
+            spec.max_connections,
+            spec.max_connection_rate,
+            spec.connection_rate_burst,
+            loop.time(),
+        )
+        self.gates[spec.name] = gate
+        tls = None
+        if spec.tls is not None:
+            tls = ReloadableTlsContext(spec.name, spec.tls)
+            self.tls_contexts.append(tls)
+        context = tls.context if tls is not None else None
+        if spec.proxy_protocol == "off":
             server = await loop.create_server(
-                functools.partial(self._new_client, spec),
+                lambda: self._new_connection(spec, gate, None),
                 host=spec.host,
                 port=spec.port,
+                ssl=context,
                 reuse_address=True,
                 backlog=4096,
             )
             self._servers.append(server)
-            for sock in server.sockets:
+            sockets = list(server.sockets)
+        else:
+            family = socket.AF_INET6 if ":" in spec.host else socket.AF_INET
+            sock = socket.create_server(
+                (spec.host, spec.port), family=family, backlog=4096, reuse_port=False
+            )
+
+            async def handoff(conn: socket.socket, peer: str | None) -> None:
+                await loop.connect_accepted_socket(
+                    lambda: self._new_connection(spec, gate, peer), conn, ssl=context
+                )
+
+            proxy_server = ProxyProtocolServer(sock, spec.proxy_protocol == "required", handoff)
+            proxy_server.start()
+            self._proxy_servers.append(proxy_server)
+            sockets = [sock]
+        for sock in sockets:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
                 host, port = sock.getsockname()[:2]
-                if sock.family in (socket.AF_INET, socket.AF_INET6):
-                    self.bound.append(BoundListener(spec.name, spec.protocol, host, port))
-                    log.info("listening %s %s %s:%d", spec.name, spec.protocol, host, port)
+                self.bound.append(BoundListener(spec.name, spec.protocol, host, port))
+                log.info("listening %s %s %s:%d", spec.name, spec.protocol, host, port)
 
-    def _new_client(self, spec: ListenerConfig) -> MqttClientProtocol:
+    # -- connections ----------------------------------------------------------------------
+
+    def _new_connection(
+        self, spec: ListenerConfig, gate: ListenerGate, peer: str | None
+    ) -> asyncio.Protocol:
+        client = self._new_client(spec, gate, peer)
+        if spec.protocol in ("ws", "wss"):
+            return WebSocketProtocol(client, spec.ws_path)
+        return client
+
+    def _new_client(
+        self, spec: ListenerConfig, gate: ListenerGate, peer: str | None
+    ) -> MqttClientProtocol:
         assert self._scheduler is not None
-        protocol = MqttClientProtocol(
-            self.broker,
-            self.authenticator,
-            self.authorizer,
-            self._scheduler,
-            self.max_packet_size,
-            on_close=self._closed,
-        )
-        self.clients.add(protocol)
-        self.idle.clear()
-        return protocol
+        broker = self.broker
+        refusal = gate.refusal(broker.loop.time(), self.open_total, self.max_connections)
+        client: MqttClientProtocol
+        if refusal is not None:
+            refused = RefusedClientProtocol(
+                broker, self.authenticator, self.authorizer, self._scheduler, self.max_packet_size
+            )
+            refused.set_refusal(*refusal)
+            client = refused
+        elif spec.publish_rate > 0:
+            client = ThrottledClientProtocol(
+                broker,
+                self.authenticator,
+                self.authorizer,
+                self._scheduler,
+                self.max_packet_size,
+                spec.publish_rate,
+                spec.publish_burst,
+                on_throttle=gate.count_throttled,
+            )
+        else:
+            client = MqttClientProtocol(
+                broker, self.authenticator, self.authorizer, self._scheduler, self.max_packet_size
+            )
+        admitted = refusal is None
+        client.on_made = self._made_hook(gate, admitted, peer, spec)
+        client.on_close = self._close_hook(gate, admitted)
+        return client
 
-    def _closed(self, protocol: MqttClientProtocol) -> None:
-        self.clients.discard(protocol)
-        if not self.clients:
-            self.idle.set()
+    def _made_hook(
+        self, gate: ListenerGate, admitted: bool, peer: str | None, spec: ListenerConfig
+    ) -> Callable[[MqttClientProtocol, asyncio.Transport], None]:
+        cn_as_username = spec.tls is not None and spec.tls.cn_as_username
+
+        def made(client: MqttClientProtocol, transport: asyncio.Transport) -> None:
+            self.clients.add(client)
+            self.idle.clear()
+            if admitted:
+                gate.open += 1
+                self.open_total += 1
+            if peer is not None:
+                client.peer = peer
+            if cn_as_username:
+                common_name = certificate_common_name(transport)
+                if common_name:
+                    client.conn.authenticator = CertificateUserAuthenticator(
+                        self.authenticator, common_name
+                    )
+
+        return made
+
+    def _close_hook(
+        self, gate: ListenerGate, admitted: bool
+    ) -> Callable[[MqttClientProtocol], None]:
+        def closed(client: MqttClientProtocol) -> None:
+            if client in self.clients:
+                self.clients.discard(client)
+                if admitted:
+                    gate.open -= 1
+                    self.open_total -= 1
+            if not self.clients:
+                self.idle.set()
+
+        return closed
+
+    # -- metrics and lifecycle ------------------------------------------------------------
+
+    def connections_by_listener(self) -> dict[str, float]:
+        return {name: gate.open for name, gate in self.gates.items()}
+
+    def throttled_by_listener(self) -> dict[str, float]:
+        return {name: gate.throttled for name, gate in self.gates.items()}
+
+    def accepting(self) -> bool:
+        return bool(self._servers or self._proxy_servers)
+
+    def reload_certificates(self) -> int:
+        return self.certificates.reload_all()
 
     def stop_accepting(self) -> None:
         """Close the listening sockets; accepted connections stay open."""
         for server in self._servers:
             server.close()
         self._servers.clear()
+        for proxy_server in self._proxy_servers:
+            proxy_server.close()
+        self._proxy_servers.clear()
+        self.certificates.stop()

@@ -1,4 +1,4 @@
-"""Token buckets for connection-rate and publish-rate limits (sans-IO: the caller passes ``now``)."""
+"""Token buckets for connection-rate and publish-rate limits (sans-IO: callers pass ``now``)."""
 
 from __future__ import annotations
 

@@ -69,8 +69,12 @@ async def running(authenticator: Authenticator, authorizer: Authorizer) -> Async
         listeners.stop_accepting()
         for conn in list(broker.connections):
             conn.close_with(0x8B, "test over")
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(listeners.idle.wait(), 5)
+        try:
+            await asyncio.wait_for(listeners.idle.wait(), 2)
+        except TimeoutError:
+            for client in list(listeners.clients):
+                client.abort()
+        await asyncio.sleep(0)  # let the aborted transports close
 
 
 @pytest.fixture

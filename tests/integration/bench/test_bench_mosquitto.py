@@ -164,3 +164,16 @@ def test_persistence_runs_with_persistent_sessions(
     assert result.account is not None
     assert result.account.expected == 200
     assert result.account.lost == 0
+
+
+def test_large_final_reports_reach_the_runner(mosquitto: MosquittoProcess) -> None:
+    # 50 publishers x 300 subscribers: 15,000 (receiver, publisher) bitmaps to send back,
+    # far beyond a pipe's buffer (a non-blocking report pipe once broke this).
+    options = CommonOptions(duration_s=1.0, warmup_s=0.0, interval_s=0.5, workers=1)
+    plan = fanout(
+        _target(mosquitto), options, publishers=50, topics=50, subscribers=300, rate=15_000
+    )
+    result = run_plan(plan, options, label="mosquitto", broker_pids=(mosquitto.pid,))
+    assert result.account is not None
+    assert result.account.pairs == 15_000
+    assert result.account.lost == 0

@@ -16,15 +16,31 @@ from xmq.codec.errors import (
 from xmq.codec.packets import (
     Auth,
     Connack,
+    Connect,
     Disconnect,
+    Packet,
     PacketType,
     Puback,
+    Pubcomp,
     Publish,
+    Pubrec,
     Pubrel,
     Suback,
+    Subscribe,
+    SubscriptionRequest,
     Unsuback,
+    Unsubscribe,
+    Will,
 )
-from xmq.codec.properties import PROPERTY_NAMES, Properties, PropertyId, blank_properties
+from xmq.codec.properties import (
+    ALLOWED_PROPERTIES,
+    PROPERTY_NAMES,
+    PROPERTY_TABLE,
+    WILL_PROPERTIES,
+    Properties,
+    PropertyId,
+    blank_properties,
+)
 from xmq.codec.reader import PacketReader
 from xmq.codec.reason_codes import ReasonCode, connack_v311_code, suback_v311_code
 from xmq.codec.writer import encode, encode_publish_parts, encode_varint
@@ -197,3 +213,87 @@ def test_packet_type_values() -> None:
     assert [int(t) for t in PacketType] == list(range(1, 16))
     assert Publish.packet_type == PacketType.PUBLISH
     assert Pubrel(1).packet_type == PacketType.PUBREL
+
+
+_SAMPLE_VALUES: dict[str, object] = {
+    "payload_format_indicator": 1,
+    "message_expiry_interval": 0xFFFF_FFFF,
+    "content_type": "application/json",
+    "response_topic": "reply/to",
+    "correlation_data": b"\x00\xffcorr",
+    "session_expiry_interval": 3600,
+    "assigned_client_identifier": "auto-1",
+    "server_keep_alive": 120,
+    "authentication_method": "SCRAM-SHA-256",
+    "authentication_data": b"\x01\x02",
+    "request_problem_information": 0,
+    "will_delay_interval": 30,
+    "request_response_information": 1,
+    "response_information": "resp/",
+    "server_reference": "other:1883",
+    "reason_string": "because",
+    "receive_maximum": 65_535,
+    "topic_alias_maximum": 10,
+    "topic_alias": 7,
+    "maximum_qos": 1,
+    "retain_available": 0,
+    "maximum_packet_size": 268_435_460,
+    "wildcard_subscription_available": 1,
+    "subscription_identifier_available": 0,
+    "shared_subscription_available": 1,
+}
+
+
+def _every_allowed_property(packet_type: int) -> Properties:
+    props = Properties()
+    for pid in ALLOWED_PROPERTIES[packet_type]:
+        name = PROPERTY_TABLE[pid][0]
+        if name == "user_properties":
+            props.user_properties = [("dup", "1"), ("dup", "2"), ("ünï", "çødé")]
+        elif name == "subscription_identifiers":
+            props.subscription_identifiers = [268_435_455] if packet_type == 8 else [1, 128, 16_384]
+        else:
+            setattr(props, name, _SAMPLE_VALUES[name])
+    return props
+
+
+def _packet_with(packet_type: int, props: Properties) -> Packet:
+    builders: dict[int, Packet] = {
+        1: Connect(client_id="c", properties=props),
+        2: Connack(True, 0, props),
+        3: Publish("t", b"p", 1, False, False, 1, props),
+        4: Puback(1, 0x10, props),
+        5: Pubrec(1, 0x80, props),
+        6: Pubrel(1, 0x92, props),
+        7: Pubcomp(1, 0, props),
+        8: Subscribe(1, [SubscriptionRequest("a/#", 1)], props),
+        9: Suback(1, [0, 0x97], props),
+        10: Unsubscribe(1, ["a/#"], props),
+        11: Unsuback(1, [0x11], props),
+        14: Disconnect(0x04, props),
+        15: Auth(0x19, props),
+    }
+    return builders[packet_type]
+
+
+_TYPES_WITH_PROPERTIES = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 14, 15]
+
+
+@pytest.mark.parametrize(
+    "packet_type", _TYPES_WITH_PROPERTIES, ids=[PacketType(t).name for t in _TYPES_WITH_PROPERTIES]
+)
+def test_round_trip_with_every_allowed_property(packet_type: int) -> None:
+    packet = _packet_with(packet_type, _every_allowed_property(packet_type))
+    assert PacketReader(protocol_version=5).feed(encode(packet, 5)) == [packet]
+
+
+def test_will_round_trip_with_every_will_property() -> None:
+    will = Will("w", b"gone", 2, True, _every_allowed_property(WILL_PROPERTIES))
+    packet = Connect(client_id="c", will=will)
+    assert PacketReader().feed(encode(packet, 5)) == [packet]
+
+
+def test_encoder_leaves_out_properties_the_packet_may_not_carry() -> None:
+    props = Properties(reason_string="r", topic_alias=3, session_expiry_interval=5)
+    decoded = PacketReader(protocol_version=5).feed(encode(Puback(1, 0x10, props), 5))
+    assert decoded == [Puback(1, 0x10, Properties(reason_string="r"))]

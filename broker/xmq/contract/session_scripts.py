@@ -1,0 +1,246 @@
+"""Lua scripts of session ownership and durable queues (text plus call builders).
+
+* :data:`CLAIM_SESSION` — a CONNECT claims a client id cluster-wide in one round trip:
+  compare-and-set of ``session:owner:<client id>``; a dead owner's claim (no lease, or a lease
+  of another epoch) is taken directly; a live owner's is refused with its node id so the
+  connecting node can ask it to hand the session over (and then claim with ``expected``).
+  When asked, the reply carries the stored persistent session.
+* :data:`RELEASE_SESSION` — a session ended: delete its owner record (only when still ours) and
+  its stored state.
+* :data:`APPEND_IF_OWNER` — a publishing node appends a message to the Redis queue of a session
+  whose owner it believes dead, only while the owner record still names that dead owner;
+  otherwise the reply names the current owner (the message then goes to it over the link).
+
+All keys of a call share the cluster's hash tag; the scripts derive the lease and node-session
+keys of other nodes from the key prefix (same slot).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from xmq.contract.keys import ClusterKeys
+from xmq.contract.scripts import ScriptCall
+
+CLAIM_SESSION = """\
+-- KEYS: 1 owner, 2 my node sessions, 3 orphaned, 4 subs, 5 queue, 6 inflight, 7 qos2in, 8 state
+-- ARGV: 1 my node id, 2 my epoch, 3 key prefix, 4 clean start, 5 durable, 6 expected owner
+--       node ('' none), 7 expected owner epoch, 8 client id, 9 want state, 10 protocol
+--       version, 11 expiry interval
+local raw = redis.call('GET', KEYS[1])
+local prev_node, prev_epoch = '', 0
+if raw then
+  local ok, owner = pcall(cjson.decode, raw)
+  if ok and type(owner) == 'table' then
+    prev_node = tostring(owner['node_id'] or '')
+    prev_epoch = tonumber(owner['epoch']) or 0
+  end
+end
+local my_epoch = tonumber(ARGV[2])
+local mine = prev_node == ARGV[1] and prev_epoch == my_epoch
+if prev_node ~= '' and not mine then
+  local expected = prev_node == ARGV[6] and prev_epoch == tonumber(ARGV[7])
+  if not expected then
+    local lease = redis.call('GET', ARGV[3] .. 'node:lease:' .. prev_node)
+    if lease then
+      local ok, l = pcall(cjson.decode, lease)
+      if ok and type(l) == 'table' and tonumber(l['epoch']) == prev_epoch then
+        return {2, prev_node, prev_epoch, tostring(l['address'] or '')}
+      end
+    end
+  end
+  redis.call('SREM', ARGV[3] .. 'node:sessions:' .. prev_node, ARGV[8])
+end
+redis.call('SET', KEYS[1], '{"node_id":"' .. ARGV[1] .. '","epoch":' .. ARGV[2] .. '}')
+redis.call('SREM', KEYS[3], ARGV[8])
+if ARGV[4] == '1' then
+  redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+end
+local reply = {0}
+if ARGV[4] ~= '1' and ARGV[9] == '1' and redis.call('EXISTS', KEYS[8]) == 1 then
+  reply = {1, prev_node, prev_epoch, '', redis.call('HGETALL', KEYS[4]),
+           redis.call('LRANGE', KEYS[5], 0, -1), redis.call('HGETALL', KEYS[6]),
+           redis.call('SMEMBERS', KEYS[7])}
+end
+if ARGV[5] == '1' then
+  redis.call('SADD', KEYS[2], ARGV[8])
+  redis.call('HSET', KEYS[8], 'protocol_version', ARGV[10], 'expiry_interval', ARGV[11])
+  redis.call('HDEL', KEYS[8], 'disconnected_at')
+else
+  redis.call('SREM', KEYS[2], ARGV[8])
+  redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+end
+return reply
+"""
+
+RELEASE_SESSION = """\
+-- KEYS: 1 owner, 2 my node sessions, 3 subs, 4 queue, 5 inflight, 6 qos2in, 7 state
+-- ARGV: 1 my node id, 2 my epoch, 3 client id
+local raw = redis.call('GET', KEYS[1])
+if not raw then
+  return 0
+end
+local ok, owner = pcall(cjson.decode, raw)
+if not ok or type(owner) ~= 'table' or owner['node_id'] ~= ARGV[1]
+    or tonumber(owner['epoch']) ~= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('SREM', KEYS[2], ARGV[3])
+return 1
+"""
+
+APPEND_IF_OWNER = """\
+-- KEYS: 1 owner, 2 queue
+-- ARGV: 1 expected owner node id, 2 expected owner epoch, 3 record
+local raw = redis.call('GET', KEYS[1])
+if not raw then
+  return {1, '', 0}
+end
+local ok, owner = pcall(cjson.decode, raw)
+if not ok or type(owner) ~= 'table' then
+  return {1, '', 0}
+end
+if owner['node_id'] == ARGV[1] and tonumber(owner['epoch']) == tonumber(ARGV[2]) then
+  redis.call('RPUSH', KEYS[2], ARGV[3])
+  return {0, '', 0}
+end
+return {1, tostring(owner['node_id']), tonumber(owner['epoch']) or 0}
+"""
+
+
+class ClaimOutcome(enum.IntEnum):
+    """First element of :data:`CLAIM_SESSION`'s reply."""
+
+    CLAIMED = 0
+    """The claim is ours; no stored session was asked for or none exists."""
+    RESTORED = 1
+    """The claim is ours and the reply carries the stored persistent session."""
+    OWNED_ELSEWHERE = 2
+    """A live node owns the session: ask it to hand over, then claim with ``expected``."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSession:
+    """A persistent session as :data:`CLAIM_SESSION` returns it."""
+
+    subscriptions: dict[str, bytes] = field(default_factory=dict)
+    queue: list[bytes] = field(default_factory=list)
+    inflight: dict[str, bytes] = field(default_factory=dict)
+    inbound_qos2: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimReply:
+    """Decoded reply of :data:`CLAIM_SESSION`."""
+
+    outcome: ClaimOutcome
+    owner_node: str = ""
+    owner_epoch: int = 0
+    owner_address: str = ""
+    stored: StoredSession | None = None
+
+    @classmethod
+    def from_reply(cls, reply: object) -> ClaimReply:
+        if not isinstance(reply, list) or not reply:
+            raise ValueError(f"unexpected claim reply {reply!r}")
+        outcome = ClaimOutcome(int(reply[0]))
+        if outcome == ClaimOutcome.CLAIMED:
+            return cls(outcome)
+        node, epoch, address = _text(reply[1]), int(reply[2]), _text(reply[3])
+        if outcome == ClaimOutcome.OWNED_ELSEWHERE:
+            return cls(outcome, node, epoch, address)
+        subs, queue, inflight, qos2 = reply[4], reply[5], reply[6], reply[7]
+        stored = StoredSession(
+            {_text(k): _raw(v) for k, v in zip(subs[::2], subs[1::2], strict=True)},
+            [_raw(item) for item in queue],
+            {_text(k): _raw(v) for k, v in zip(inflight[::2], inflight[1::2], strict=True)},
+            sorted(int(item) for item in qos2),
+        )
+        return cls(outcome, node, epoch, address, stored)
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode()
+    return str(value)
+
+
+def _raw(value: object) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode()
+
+
+def _state_keys(keys: ClusterKeys, client_id: str) -> tuple[str, ...]:
+    return (
+        keys.session_subscriptions(client_id),
+        keys.session_queue(client_id),
+        keys.session_inflight(client_id),
+        keys.session_qos2_inbound(client_id),
+        keys.session_state(client_id),
+    )
+
+
+def claim_session(
+    keys: ClusterKeys,
+    client_id: str,
+    node_id: str,
+    epoch: int,
+    *,
+    clean_start: bool,
+    durable: bool,
+    want_state: bool,
+    protocol_version: int,
+    expiry_interval: int,
+    expected: tuple[str, int] | None = None,
+) -> ScriptCall:
+    """The :data:`CLAIM_SESSION` call of one CONNECT."""
+    exp_node, exp_epoch = expected if expected is not None else ("", 0)
+    return ScriptCall(
+        CLAIM_SESSION,
+        (
+            keys.session_owner(client_id),
+            keys.node_sessions(node_id),
+            keys.orphaned_sessions(),
+            *_state_keys(keys, client_id),
+        ),
+        (
+            node_id,
+            str(epoch),
+            keys.prefix,
+            "1" if clean_start else "0",
+            "1" if durable else "0",
+            exp_node,
+            str(exp_epoch),
+            client_id,
+            "1" if want_state else "0",
+            str(protocol_version),
+            str(expiry_interval),
+        ),
+    )
+
+
+def release_session(keys: ClusterKeys, client_id: str, node_id: str, epoch: int) -> ScriptCall:
+    """The :data:`RELEASE_SESSION` call for a session that ended on ``node_id``."""
+    return ScriptCall(
+        RELEASE_SESSION,
+        (
+            keys.session_owner(client_id),
+            keys.node_sessions(node_id),
+            *_state_keys(keys, client_id),
+        ),
+        (node_id, str(epoch), client_id),
+    )
+
+
+def append_if_owner(
+    keys: ClusterKeys, client_id: str, owner: tuple[str, int], record: bytes
+) -> tuple[str, tuple[str, str], tuple[str, str, bytes]]:
+    """Script, keys and arguments of :data:`APPEND_IF_OWNER` (the record stays bytes)."""
+    return (
+        APPEND_IF_OWNER,
+        (keys.session_owner(client_id), keys.session_queue(client_id)),
+        (owner[0], str(owner[1]), record),
+    )

@@ -1,0 +1,94 @@
+"""Claiming a client id cluster-wide on CONNECT, and restoring a stored session.
+
+The common case is one ``CLAIM_SESSION`` round trip (batched with the other connects of the
+same loop tick). When a live node owns the session, it is asked over the node link to close
+the client (0x8E) and hand the session over; the claim is then repeated, expecting that owner.
+An owner that cannot be reached is waited out until its lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from xmq.core.cluster_ports import (
+    ClaimOutcome,
+    ClusterUnavailable,
+    RestoredSession,
+)
+from xmq.core.session import Session, Subscription
+
+if TYPE_CHECKING:
+    from xmq.core.broker import Broker
+    from xmq.protocol.connect_terms import ConnectTerms
+
+_MAX_ROUNDS = 6
+
+
+async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSession | None:
+    """Make this node the owner of ``terms.client_id``; return the stored session, if any."""
+    identity = broker.identity
+    directory = broker.directory
+    if identity is None or directory is None:
+        return None
+    if not identity.online:
+        raise ClusterUnavailable("node offline: no cluster lease")
+    client_id = terms.client_id
+    durable = terms.session_expiry_s > 0
+    expected: tuple[str, int] | None = None
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + identity.lease_ttl_s + 2.0
+    rounds = 0
+    while True:
+        local = broker.sessions.get(client_id)
+        result = await directory.claim(
+            client_id,
+            clean_start=terms.clean_start,
+            durable=durable,
+            want_state=not terms.clean_start and local is None,
+            protocol_version=terms.protocol_version,
+            expiry_interval=terms.session_expiry_s,
+            expected=expected,
+        )
+        if not identity.online:
+            raise ClusterUnavailable("node went offline")
+        if result.outcome != ClaimOutcome.OWNED_ELSEWHERE:
+            if broker.sessions.get(client_id) is not None:
+                return None  # the in-memory session is newer than any stored copy
+            return result.restored
+        rounds += 1
+        cluster = broker.cluster
+        handed_over = False
+        if cluster is not None and rounds < _MAX_ROUNDS:
+            handed_over = await cluster.request_takeover(result.owner, client_id)
+        if handed_over:
+            expected = result.owner
+            continue
+        expected = None
+        if loop.time() >= deadline:
+            raise ClusterUnavailable(f"session owned by unreachable node {result.owner[0]}")
+        await asyncio.sleep(max(0.05, identity.lease_ttl_s / 10))
+
+
+def apply_restored(broker: Broker, session: Session, restored: RestoredSession) -> None:
+    """Fill a fresh session from its stored copy (subscriptions, deliveries, QoS 2 ids)."""
+    for spec in restored.subscriptions:
+        sub = Subscription(
+            session,
+            spec.topic_filter,
+            spec.qos,
+            spec.no_local,
+            spec.retain_as_published,
+            spec.retain_handling,
+            spec.identifier,
+            spec.share_group,
+        )
+        broker.subscribe(session, sub)
+    for packet_id, delivery in restored.inflight.items():
+        delivery.packet_id = packet_id
+        session.inflight[packet_id] = delivery
+    for delivery in restored.queued:
+        session.queue.append(delivery)
+        session.queued_bytes += delivery.message.size
+        session.stats.queued_bytes += delivery.message.size
+    session.inbound_qos2.update(restored.inbound_qos2)

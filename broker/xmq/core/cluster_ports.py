@@ -1,0 +1,148 @@
+"""Ports between the broker core and the cluster / durable-session adapters.
+
+The core never imports Redis or sockets: ``xmq.cluster`` (membership, node links, routes) and
+``xmq.store`` (session ownership and durable sessions in Redis) implement these protocols and
+``xmq.app`` wires them in. With no cluster configured every port is ``None`` and the hot path
+pays one attribute check.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from xmq.core.message import Message
+    from xmq.core.session import Delivery, Session, Subscription
+
+
+class NodeIdentity:
+    """This node's id, its run epoch and whether it holds a valid lease (set by membership)."""
+
+    __slots__ = ("epoch", "lease_ttl_s", "node_id", "online")
+
+    def __init__(
+        self, node_id: str, epoch: int = 0, online: bool = False, lease_ttl_s: float = 10.0
+    ) -> None:
+        self.node_id = node_id
+        self.epoch = epoch
+        self.online = online
+        self.lease_ttl_s = lease_ttl_s
+
+
+class ClusterUnavailable(Exception):
+    """The cluster cannot serve a CONNECT now (node offline, Redis unreachable): 0x88."""
+
+
+class ClaimOutcome(enum.IntEnum):
+    CLAIMED = 0
+    RESTORED = 1
+    OWNED_ELSEWHERE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSpec:
+    """A stored subscription of a persistent session."""
+
+    key: str
+    topic_filter: str
+    qos: int
+    no_local: bool = False
+    retain_as_published: bool = False
+    retain_handling: int = 0
+    identifier: int | None = None
+    share_group: str | None = None
+
+
+@dataclass(slots=True)
+class RestoredSession:
+    """A persistent session read back from the store (deliveries already decoded)."""
+
+    subscriptions: list[SubscriptionSpec] = field(default_factory=list)
+    queued: list[Delivery] = field(default_factory=list)
+    inflight: dict[int, Delivery] = field(default_factory=dict)
+    inbound_qos2: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimResult:
+    outcome: ClaimOutcome
+    owner: tuple[str, int] = ("", 0)
+    restored: RestoredSession | None = None
+
+
+class SessionDirectory(Protocol):
+    """Cluster-wide client id ownership (one Redis round trip per claim, batched)."""
+
+    async def claim(
+        self,
+        client_id: str,
+        *,
+        clean_start: bool,
+        durable: bool,
+        want_state: bool,
+        protocol_version: int,
+        expiry_interval: int,
+        expected: tuple[str, int] | None = None,
+    ) -> ClaimResult:
+        """Claim ``client_id`` for this node; raises :class:`ClusterUnavailable`."""
+        ...
+
+    def release(self, client_id: str) -> None:
+        """The session ended here: drop its owner record (when still ours) and stored state."""
+
+
+class DurableStore(Protocol):
+    """Durable records of persistent sessions (group-committed once per loop tick)."""
+
+    def record(self, session: Session, delivery: Delivery, now: float) -> bool:
+        """Record a QoS 1/2 delivery, then hand it to ``session.deliver_recorded``."""
+        ...
+
+    def sent(self, session: Session, delivery: Delivery) -> None:
+        """A recorded delivery went out under ``delivery.packet_id``."""
+
+    def released(self, session: Session, delivery: Delivery) -> None:
+        """PUBREC received for a recorded QoS 2 delivery."""
+
+    def acknowledged(self, session: Session, delivery: Delivery) -> None:
+        """The delivery is complete: its record is deleted."""
+
+    def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
+        """An inbound QoS 2 packet id was received (added) or released."""
+
+    def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
+        """A subscription was added or replaced (``sub``) or removed (``None``)."""
+
+    def disconnected(self, session: Session) -> None:
+        """The session's client went away (the session lives on)."""
+
+    async def flush(self) -> None:
+        """Wait until every record queued so far is written."""
+
+
+class ClusterRouter(Protocol):
+    """Routes to other nodes over the node links."""
+
+    def forward(self, message: Message) -> int:
+        """Send a locally published message to every other node with a matching route."""
+        ...
+
+    def forward_shared(self, group: str, topic_filter: str, message: Message) -> bool:
+        """Send a message to one other node with members of the shared group."""
+        ...
+
+    def has_shared(self, group: str, topic_filter: str) -> bool:
+        """True when another node has members of the shared group."""
+        ...
+
+    def subscription_changed(self, session: Session, sub: Subscription, added: bool) -> None:
+        """A local subscription was added or removed (route deltas to the other nodes)."""
+
+    def session_gone(self, session: Session) -> None:
+        """A session left this node (ended or handed over)."""
+
+    async def request_takeover(self, owner: tuple[str, int], client_id: str) -> bool:
+        """Ask a live owner to close the client (0x8E) and hand the session over."""
+        ...

@@ -1,0 +1,128 @@
+"""Accepting connections that start with a PROXY protocol header.
+
+The listener accepts sockets itself, peeks at the first bytes until the header is complete,
+consumes exactly the header, then hands the socket (and the real client address) to the
+event loop as an ordinary accepted connection — with TLS when the listener has it, since
+the header comes before the TLS handshake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+
+from xmq.net.proxy_header import (
+    V2_HEADER,
+    ProxyHeaderError,
+    looks_like_proxy_header,
+    parse_proxy_header,
+)
+
+log = logging.getLogger("xmq.net")
+
+HEADER_TIMEOUT_S = 5.0
+_PEEK = 4096
+
+Handoff = Callable[[socket.socket, str | None], Awaitable[None]]
+"""Takes the accepted socket and the real peer (``ip:port``, ``None``: the socket's own)."""
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(sock.fileno(), wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(sock.fileno())
+
+
+async def read_proxy_header(sock: socket.socket, required: bool) -> str | None:
+    """Consume a PROXY header; return the client's ``ip:port`` (``None``: none / LOCAL)."""
+    loop = asyncio.get_running_loop()
+    size = _PEEK
+    async with asyncio.timeout(HEADER_TIMEOUT_S):
+        while True:
+            await _readable(loop, sock)
+            try:
+                data = sock.recv(size, socket.MSG_PEEK)
+            except BlockingIOError:
+                continue
+            if not data:
+                raise ConnectionError("closed before the PROXY header")
+            verdict = looks_like_proxy_header(data)
+            if verdict is False:
+                if required:
+                    raise ProxyHeaderError("connection without the required PROXY header")
+                return None
+            if verdict:
+                if len(data) >= V2_HEADER.size and not data.startswith(b"PROXY"):
+                    size = max(size, V2_HEADER.size + int.from_bytes(data[14:16], "big"))
+                header = parse_proxy_header(data)
+                if header is not None:
+                    sock.recv(header.length)
+                    if header.source is None:
+                        return None
+                    host, port = header.source
+                    return f"{host}:{port}"
+            await asyncio.sleep(0.005)  # a header split over several segments
+
+
+class ProxyProtocolServer:
+    """Accept loop of one listener with ``proxy_protocol`` on."""
+
+    def __init__(self, sock: socket.socket, required: bool, handoff: Handoff) -> None:
+        self.sock = sock
+        self.required = required
+        self.handoff = handoff
+        self._accepting: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def start(self) -> None:
+        self.sock.setblocking(False)
+        self._accepting = asyncio.get_running_loop().create_task(
+            self._accept_loop(), name=f"xmq-proxy-accept-{self.sock.getsockname()[1]}"
+        )
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _address = await loop.sock_accept(self.sock)
+            except OSError as error:  # EMFILE and friends: back off, keep listening
+                log.warning("accept failed: %s", error)
+                await asyncio.sleep(0.1)
+                continue
+            conn.setblocking(False)
+            task = loop.create_task(self._admit(conn))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _admit(self, conn: socket.socket) -> None:
+        try:
+            peer = await read_proxy_header(conn, self.required)
+        except (ProxyHeaderError, ConnectionError, TimeoutError, OSError) as error:
+            log.info("refused connection: %s", error)
+            conn.close()
+            return
+        try:
+            await self.handoff(conn, peer)
+        except (OSError, ConnectionError, TimeoutError) as error:  # e.g. TLS handshake failure
+            log.info("connection from %s failed: %s", peer or "-", error)
+            conn.close()
+
+    def close(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+            self._accepting = None
+        for task in list(self._pending):
+            task.cancel()
+        with contextlib.suppress(OSError):
+            self.sock.close()
