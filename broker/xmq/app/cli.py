@@ -25,6 +25,23 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file")
 
+    config_doc = commands.add_parser(
+        "config-doc", help="print the configuration reference (docs/configuration.md)"
+    )
+    config_doc.add_argument("-o", "--output", help="write to this file instead of stdout")
+
+    drain = commands.add_parser(
+        "drain", help="drain a running node: stop accepting, move its clients away"
+    )
+    drain.add_argument(
+        "--url",
+        default="http://127.0.0.1:9884",
+        help="the node's metrics/admin endpoint (default: %(default)s)",
+    )
+    drain.add_argument(
+        "--server-reference", help="Server Reference sent with DISCONNECT 0x9C (host:port)"
+    )
+
     commands.add_parser(
         "bench", help="run a benchmark scenario (see xmq bench --help)", add_help=False
     )
@@ -32,11 +49,28 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _config_error(error: ValidationError) -> str:
-    lines = []
-    for item in error.errors():
-        where = ".".join(str(part) for part in item["loc"]) or "(root)"
-        lines.append(f"  {where}: {item['msg']}")
-    return "invalid configuration:\n" + "\n".join(lines)
+    from xmq.config.reference_doc import describe_errors
+
+    return "invalid configuration:\n" + "\n".join(f"  {line}" for line in describe_errors(error))
+
+
+def _drain(url: str, server_reference: str | None) -> int:
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode(
+        {"server_reference": server_reference} if server_reference else {}
+    )
+    target = url.rstrip("/") + "/admin/drain" + (f"?{query}" if query else "")
+    request = urllib.request.Request(target, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            print(response.read().decode().strip())
+    except (urllib.error.URLError, OSError) as error:
+        print(f"drain failed: {target}: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _load(path: str | None, host: str | None = None, port: int | None = None) -> BrokerConfig:
@@ -62,6 +96,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             load_config(args.file)
             print(f"{args.file}: OK")
             return 0
+        if args.command == "config-doc":
+            from xmq.config.reference_doc import render_reference
+
+            text = render_reference()
+            if args.output:
+                with open(args.output, "w", encoding="utf-8") as out:
+                    out.write(text)
+            else:
+                sys.stdout.write(text)
+            return 0
+        if args.command == "drain":
+            return _drain(args.url, args.server_reference)
         if args.command == "serve":
             from xmq.app.server import serve
 

@@ -7,22 +7,29 @@ after; MQTT 3.1.x simply closes).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ProtocolError(Exception):
     """Input that breaks the MQTT rules; ``reason_code`` says how to answer.
 
     ``protocol_version`` is the version the offending peer speaks when the codec knows it
     (0 when unknown): a failed CONNECT sets it as soon as the protocol level was read, so the
-    caller can pick the CONNACK format.
+    caller can pick the CONNACK format (MQTT 3.1.x: close without CONNACK).
+
+    ``decoded`` holds the packets ``PacketReader.feed`` completed in the same call before the
+    bad one (in order), so the caller may still act on them before closing.
     """
 
     reason_code: int = 0x80
     protocol_version: int = 0
+    decoded: list[Any]
 
     def __init__(
         self, message: str, reason_code: int | None = None, protocol_version: int | None = None
     ) -> None:
         super().__init__(message)
+        self.decoded = []
         if reason_code is not None:
             self.reason_code = reason_code
         if protocol_version is not None:

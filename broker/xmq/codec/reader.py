@@ -23,7 +23,8 @@ class PacketReader:
 
     ``protocol_version`` is 0 until a CONNECT is decoded (packets are then read by 3.1.1
     rules), or may be set by the caller (e.g. a client after sending its CONNECT). After a
-    ProtocolError the reader drops its buffer; the connection is expected to close.
+    ProtocolError (whose ``decoded`` lists the packets completed before the bad one) the
+    reader holds nothing; the connection is expected to close.
     """
 
     __slots__ = ("_buffer", "_needed", "max_packet_size", "protocol_version")
@@ -83,14 +84,15 @@ class PacketReader:
                 append(packet)
                 if first == 0x10 and isinstance(packet, Connect):
                     version = self.protocol_version = packet.protocol_version
-        except ProtocolError:
+        except ProtocolError as exc:
             self._needed = 0
-            self._buffer.clear()
+            exc.decoded = packets
             raise
-        except LOW_LEVEL_ERRORS as exc:
+        except LOW_LEVEL_ERRORS as exc:  # decode_publish leaves e.g. a bad topic to us
             self._needed = 0
-            self._buffer.clear()
-            raise MalformedPacket(f"undecodable packet: {exc}") from exc
+            error = MalformedPacket(f"undecodable packet: {exc}")
+            error.decoded = packets
+            raise error from exc
         self._needed = needed
         if pos < end:
             buffer += memoryview(src)[pos:]

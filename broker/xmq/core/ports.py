@@ -15,6 +15,10 @@ class ClientLink(Protocol):
     peer: str
     """The client's address as ``ip:port`` (the real one when PROXY protocol is used)."""
 
+    congested: bool
+    """True while the transport's buffer is over its high-water mark: QoS 1/2 messages
+    wait in the session queue instead of being written."""
+
     def write(self, data: bytes) -> None:
         """Queue bytes; the adapter coalesces writes and flushes once per loop tick."""
 

@@ -167,13 +167,25 @@ class Session:
         delivery = Delivery(message, qos, retain, subscription_ids, share)
         if self.store is not None:
             return self.store.record(self, delivery, now)
+        inflight = self.inflight
         if (
             conn is not None
             and not self.queue
-            and len(self.inflight) < conn.send_window
-            and conn.link.writable()
+            and len(inflight) < conn.send_window
+            and not conn.link.congested
         ):
-            return self._send_new(conn, delivery, now)
+            # The hot path, inlined: next packet id, write, remember as in flight.
+            allocator = self.packet_ids
+            packet_id = allocator.next_id
+            if packet_id in inflight:
+                packet_id = allocator.allocate(inflight)
+            else:
+                allocator.next_id = packet_id + 1 if packet_id < 0xFFFF else 1
+            if not conn.send_publish(message, qos, retain, subscription_ids, packet_id, now):
+                return False
+            delivery.packet_id = packet_id
+            inflight[packet_id] = delivery
+            return True
         return self._enqueue(delivery)
 
     def deliver_recorded(self, delivery: Delivery, now: float) -> bool:
@@ -183,7 +195,7 @@ class Session:
             conn is not None
             and not self.queue
             and len(self.inflight) < conn.send_window
-            and conn.link.writable()
+            and not conn.link.congested
         ):
             return self._send_new(conn, delivery, now)
         return self._enqueue(delivery)
@@ -230,7 +242,8 @@ class Session:
         window = conn.send_window
         inflight = self.inflight
         stats = self.stats
-        while queue and len(inflight) < window and conn.link.writable():
+        link = conn.link
+        while queue and len(inflight) < window and not link.congested:
             delivery = queue.popleft()
             size = delivery.message.size
             self.queued_bytes -= size

@@ -60,6 +60,7 @@ class MqttClientProtocol(asyncio.Protocol):
         "_stats",
         "_transport",
         "_write_limit",
+        "congested",
         "conn",
         "on_close",
         "on_made",
@@ -81,6 +82,7 @@ class MqttClientProtocol(asyncio.Protocol):
         self._out = bytearray()
         self._closing = False
         self._paused_writing = False
+        self.congested = False
         self._write_limit = broker.settings.max_write_buffer_bytes
         self._clock = broker.loop.time
         self._stats = broker.stats
@@ -134,9 +136,11 @@ class MqttClientProtocol(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._paused_writing = True
+        self.congested = True
 
     def resume_writing(self) -> None:
         self._paused_writing = False
+        self.congested = False
         session = self.conn.session
         if session is not None and session.connection is self.conn:
             session.pump(self._clock())

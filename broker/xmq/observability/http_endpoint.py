@@ -13,6 +13,7 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from http import HTTPStatus
 from urllib.parse import parse_qsl, urlsplit
 
 import h11
@@ -84,9 +85,12 @@ class ObservabilityEndpoint:
                 ("content-length", str(len(response.body))),
                 ("connection", "close"),
             ]
-            writer.write(
-                connection.send(h11.Response(status_code=response.status, headers=headers))
+            head = h11.Response(
+                status_code=response.status,
+                headers=headers,
+                reason=HTTPStatus(response.status).phrase,
             )
+            writer.write(connection.send(head))
             writer.write(connection.send(h11.Data(data=response.body)))
             writer.write(connection.send(h11.EndOfMessage()))
             await writer.drain()

@@ -12,22 +12,25 @@ class PacketIdExhausted(Exception):  # noqa: N818 - a condition, not an error cl
 class PacketIdAllocator:
     """Hands out identifiers 1..65535 round-robin, skipping those still in use.
 
+    ``next_id`` is the next candidate; the broker's hot path reads and advances it inline
+    and calls ``allocate`` only when that candidate is still in flight.
+
     Round-robin (rather than lowest-free) keeps a just-acknowledged id from being reused at
     once, which makes late duplicates from a confused client harmless.
     """
 
-    __slots__ = ("_next",)
+    __slots__ = ("next_id",)
 
     def __init__(self, start: int = 1) -> None:
-        self._next = start if 1 <= start <= 0xFFFF else 1
+        self.next_id = start if 1 <= start <= 0xFFFF else 1
 
     def allocate(self, in_use: Container[int]) -> int:
         """Return an id not contained in ``in_use`` (the caller's in-flight map)."""
-        candidate = self._next
+        candidate = self.next_id
         for _ in range(0xFFFF):
             following = candidate + 1 if candidate < 0xFFFF else 1
             if candidate not in in_use:
-                self._next = following
+                self.next_id = following
                 return candidate
             candidate = following
         raise PacketIdExhausted("no free packet identifier")

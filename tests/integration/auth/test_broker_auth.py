@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -204,12 +205,6 @@ def scram_connect(port: int, username: str, password: str) -> tuple[int, bool]:
         client.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core bug: ClientConnection._exchange_step keeps reading paused after AUTH 0x18, "
-    "so the client's AUTH is never read (fix: link.resume_reading() after a CONTINUE step); "
-    "remove this marker once fixed",
-)
 @pytest.mark.parametrize(
     ("username", "password", "expected"),
     [
@@ -282,6 +277,98 @@ async def test_postgres_change_disconnects_a_connected_client(postgres_dsn: str)
             await asyncio.wait_for(connected.wait(), 10)
             await admin.set_enabled(conn, "alice", False)
             assert await asyncio.wait_for(waiter, 5) == 0x87
+            await store.close()
+    finally:
+        await conn.close()
+
+
+def scram_reauthenticate(port: int) -> tuple[int, int]:
+    """Connect with SCRAM, then re-authenticate (AUTH 0x19): (CONNACK code, final AUTH code)."""
+    client = RawClient(port)
+    method = "SCRAM-SHA-256"
+
+    def exchange(first_code: int, scram: ScramClient, connect: bool) -> Any:
+        first = Properties(authentication_method=method, authentication_data=scram.client_first())
+        if connect:
+            client.send_packet(Connect(client_id="reauth-1", properties=first))
+        else:
+            client.send_packet(Auth(first_code, first))
+        reply = client.read_packet(timeout=3)
+        assert isinstance(reply, Auth) and reply.properties is not None, reply
+        assert reply.properties.authentication_data is not None
+        final = scram.client_final(reply.properties.authentication_data)
+        props = Properties(authentication_method=method, authentication_data=final)
+        client.send_packet(Auth(0x18, props))
+        done = client.read_packet(timeout=3)
+        assert isinstance(done, Connack | Auth), done
+        if done.reason_code == 0:
+            assert done.properties is not None and done.properties.authentication_data
+            scram.verify_server_final(done.properties.authentication_data)
+        return done
+
+    try:
+        connack = exchange(0, ScramClient("alice", "wonderland"), connect=True)
+        assert isinstance(connack, Connack)
+        again = exchange(0x19, ScramClient("alice", "wonderland"), connect=False)
+        assert isinstance(again, Auth)
+        return connack.reason_code, again.reason_code
+    finally:
+        client.close()
+
+
+async def test_scram_reauthentication(file_node: Node) -> None:
+    assert await asyncio.to_thread(scram_reauthenticate, file_node.port) == (0, 0)
+
+
+def subscriber_loses_rights(port: int, revoke: Any) -> tuple[int, int]:
+    """alice subscribes; bob publishes before and after `revoke()`: messages alice got."""
+    alice = PahoClient(port, "alice-sub")
+    alice.client.username_pw_set("alice", "wonderland")
+    bob = PahoClient(port, "bob-pub")
+    bob.client.username_pw_set("bob", "builder")
+    try:
+        assert alice.connect().reason == 0 and bob.connect().reason == 0
+        assert alice.subscribe("shared/feed", qos=1) == [1]
+        bob.publish("shared/feed", b"before", qos=1)
+        before = len(alice.expect(1))
+        revoke()
+        time.sleep(1.0)  # NOTIFY -> acl_changed -> subscription removed
+        bob.publish("shared/feed", b"after", qos=1)
+        try:
+            alice.expect_none(wait=1.0)
+            after = 0
+        except AssertionError:
+            after = 1
+        return before, after
+    finally:
+        alice.close()
+        bob.close()
+
+
+async def test_revoked_subscription_right_takes_effect(postgres_dsn: str) -> None:
+    conn = await asyncpg.connect(postgres_dsn)
+    try:
+        await migrate(conn)
+        await admin.add_user(conn, "alice", b"wonderland", policy=FAST)
+        await admin.add_user(conn, "bob", b"builder", policy=FAST)
+        rule_id = await admin.add_rule(
+            conn, AclRule(Permission.ALLOW, Action.SUBSCRIBE, "shared/#", username="alice")
+        )
+        await admin.add_rule(conn, AclRule(Permission.ALLOW, Action.PUBLISH, "shared/#"))
+        store = PostgresAccounts(PostgresAccountsConfig(postgres_dsn, hash_policy=FAST))
+        async with running(store, store) as node:
+            store.events = node.broker
+            await store.start()
+            assert store._listener is not None
+            await asyncio.wait_for(store._listener.wait_connected(), 10)
+            loop = asyncio.get_running_loop()
+
+            def revoke() -> None:
+                future = asyncio.run_coroutine_threadsafe(admin.delete_rule(conn, rule_id), loop)
+                future.result(timeout=5)
+
+            result = await asyncio.to_thread(subscriber_loses_rights, node.port, revoke)
+            assert result == (1, 0)
             await store.close()
     finally:
         await conn.close()

@@ -124,3 +124,14 @@ def test_protocol_version_can_be_set_by_the_caller() -> None:
     reader = PacketReader()
     reader.protocol_version = 5
     assert reader.feed(b"\xe0\x01\x8e") == [Disconnect(0x8E)]
+
+
+def test_error_lists_the_packets_decoded_before_it() -> None:
+    good = encode(Publish("t", b"1", qos=1, packet_id=1), 4) + encode(Pingreq(), 4)
+    reader = PacketReader(protocol_version=4)
+    with pytest.raises(MalformedPacket) as caught:
+        reader.feed(good + b"\x30\x03\x00\x01\xff")  # PUBLISH whose topic is not UTF-8
+    assert caught.value.decoded == [Publish("t", b"1", qos=1, packet_id=1), Pingreq()]
+    with pytest.raises(MalformedPacket) as caught:
+        PacketReader(protocol_version=4).feed(b"\x40\x02\x00\x00")
+    assert caught.value.decoded == []

@@ -1,0 +1,178 @@
+"""Cluster-wide client id ownership in Redis (``session:owner:<client id>``).
+
+One ``CLAIM_SESSION`` script per CONNECT, queued on the shared :class:`RedisBatcher`, so the
+connects of one loop tick share a pipeline. The reply of a claim that resumes a persistent
+session carries the stored copy, decoded here into core deliveries.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from xmq.contract.keys import ClusterKeys
+from xmq.contract.message_record import RecordError, decode_record
+from xmq.contract.session_scripts import (
+    ClaimOutcome as ScriptOutcome,
+)
+from xmq.contract.session_scripts import (
+    ClaimReply,
+    StoredSession,
+    claim_session,
+    release_session,
+)
+from xmq.core.cluster_ports import (
+    ClaimOutcome,
+    ClaimResult,
+    ClusterUnavailable,
+    NodeIdentity,
+    RestoredSession,
+    SubscriptionSpec,
+)
+from xmq.core.message import Message
+from xmq.core.session import Delivery
+from xmq.store.redis_batcher import RedisBatcher
+
+_OUTCOMES = {
+    ScriptOutcome.CLAIMED: ClaimOutcome.CLAIMED,
+    ScriptOutcome.RESTORED: ClaimOutcome.RESTORED,
+    ScriptOutcome.OWNED_ELSEWHERE: ClaimOutcome.OWNED_ELSEWHERE,
+}
+
+
+def subscription_json(spec: SubscriptionSpec) -> str:
+    """The stored form of one subscription (value of ``session:subs:<client id>``)."""
+    return json.dumps(
+        {
+            "f": spec.topic_filter,
+            "q": spec.qos,
+            "nl": spec.no_local,
+            "rap": spec.retain_as_published,
+            "rh": spec.retain_handling,
+            "id": spec.identifier,
+            "g": spec.share_group,
+        },
+        separators=(",", ":"),
+    )
+
+
+def _subscription_spec(key: str, raw: bytes) -> SubscriptionSpec:
+    data: dict[str, Any] = json.loads(raw)
+    return SubscriptionSpec(
+        key,
+        str(data["f"]),
+        int(data["q"]),
+        bool(data.get("nl", False)),
+        bool(data.get("rap", False)),
+        int(data.get("rh", 0)),
+        data.get("id"),
+        data.get("g"),
+    )
+
+
+def delivery_from_record(raw: bytes, now: float) -> tuple[Delivery, str]:
+    """A core delivery and its record id (the record bytes stay attached for the ack)."""
+    record = decode_record(raw)
+    message = Message(
+        record.topic,
+        record.payload,
+        record.qos,
+        record.retain,
+        record.properties,
+        record.origin,
+        now,
+    )
+    delivery = Delivery(
+        message, record.delivery_qos, record.delivery_retain, record.subscription_ids, None
+    )
+    delivery.record = raw
+    return delivery, record.record_id
+
+
+def restore(stored: StoredSession, now: float) -> RestoredSession:
+    """Decode a stored session; records still in flight keep their packet id."""
+    restored = RestoredSession()
+    for key, raw in stored.subscriptions.items():
+        restored.subscriptions.append(_subscription_spec(key, raw))
+    for raw in stored.queue:
+        try:
+            delivery, record_id = delivery_from_record(raw, now)
+        except RecordError:
+            continue
+        state = stored.inflight.get(record_id)
+        if state:
+            text = state.decode()
+            packet_id = int(text.split(":", 1)[0])
+            delivery.released = text.endswith(":r")
+            if packet_id not in restored.inflight:
+                restored.inflight[packet_id] = delivery
+                continue
+        restored.queued.append(delivery)
+    restored.inbound_qos2.update(stored.inbound_qos2)
+    return restored
+
+
+class RedisSessionDirectory:
+    """Claims and releases of client ids (implements ``core.cluster_ports.SessionDirectory``)."""
+
+    def __init__(
+        self,
+        batcher: RedisBatcher,
+        keys: ClusterKeys,
+        identity: NodeIdentity,
+        is_local: Callable[[str], bool],
+        clock: Callable[[], float],
+    ) -> None:
+        self.batcher = batcher
+        self.keys = keys
+        self.identity = identity
+        self.is_local = is_local
+        self.clock = clock
+        self.claims = 0
+
+    async def claim(
+        self,
+        client_id: str,
+        *,
+        clean_start: bool,
+        durable: bool,
+        want_state: bool,
+        protocol_version: int,
+        expiry_interval: int,
+        expected: tuple[str, int] | None = None,
+    ) -> ClaimResult:
+        identity = self.identity
+        call = claim_session(
+            self.keys,
+            client_id,
+            identity.node_id,
+            identity.epoch,
+            clean_start=clean_start,
+            durable=durable,
+            want_state=want_state,
+            protocol_version=protocol_version,
+            expiry_interval=expiry_interval,
+            expected=expected,
+        )
+        self.claims += 1
+        try:
+            reply = await self.batcher.call_script(call.script, call.keys, call.args)
+            parsed = ClaimReply.from_reply(reply)
+        except (RedisError, OSError, TimeoutError, ValueError) as error:
+            raise ClusterUnavailable(f"session claim failed: {error}") from error
+        restored = None
+        if parsed.stored is not None:
+            restored = restore(parsed.stored, self.clock())
+        return ClaimResult(
+            _OUTCOMES[parsed.outcome], (parsed.owner_node, parsed.owner_epoch), restored
+        )
+
+    def release(self, client_id: str) -> None:
+        identity = self.identity
+        call = release_session(self.keys, client_id, identity.node_id, identity.epoch)
+        self.batcher.script(
+            call.script, call.keys, call.args, guard=lambda: not self.is_local(client_id)
+        )

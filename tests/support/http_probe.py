@@ -1,0 +1,43 @@
+"""Small helpers for the broker's HTTP endpoint and extra listeners in integration tests."""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+
+from tests.support.broker_process import BrokerProcess
+
+
+def wait_port(process: BrokerProcess, name: str, timeout: float = 10.0) -> int:
+    """The port of listener ``name`` (printed after the first one, read by a thread)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        port = process.ports.get(name)
+        if port:
+            return port
+        if process.proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    raise RuntimeError(f"listener {name} did not start; log:\n{process.log()}")
+
+
+def http(port: int, path: str, method: str = "GET") -> tuple[int, str]:
+    """(status, body) of one request to 127.0.0.1:port; HTTP errors are returned, not raised."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def metric(port: int, name: str, labels: str = "") -> float:
+    """One sample of ``/metrics`` (``labels`` as written: ``listener="mqtt"``); 0 if absent."""
+    _status, body = http(port, "/metrics")
+    wanted = f"{name}{{{labels}}}" if labels else name
+    for line in body.splitlines():
+        key, _, value = line.rpartition(" ")
+        if key == wanted:
+            return float(value)
+    return 0.0

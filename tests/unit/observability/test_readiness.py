@@ -1,0 +1,65 @@
+"""Readiness checks and the event-loop lag probe."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from xmq.observability.readiness import CheckResult, LoopLagMonitor, ReadinessChecks
+
+
+async def test_checks_report_each_problem() -> None:
+    checks = ReadinessChecks(timeout_s=0.2)
+
+    async def ok() -> str | None:
+        return None
+
+    async def down() -> str | None:
+        return "redis: connection refused"
+
+    async def hangs() -> str | None:
+        await asyncio.sleep(10)
+        return None
+
+    async def broken() -> str | None:
+        raise RuntimeError("boom")
+
+    checks.add("ok", ok)
+    assert await checks.run() == [CheckResult("ok", None)]
+    checks.add("down", down)
+    checks.add("hangs", hangs)
+    checks.add("broken", broken)
+    started = time.monotonic()
+    results = {result.name: result.problem for result in await checks.run()}
+    assert time.monotonic() - started < 2
+    assert results == {
+        "ok": None,
+        "down": "redis: connection refused",
+        "hangs": "no answer within 0.2s",
+        "broken": "RuntimeError: boom",
+    }
+    checks.remove("down")
+    assert "down" not in checks.names()
+
+
+async def test_loop_lag_is_measured_when_the_loop_is_blocked() -> None:
+    monitor = LoopLagMonitor(interval_s=0.05)
+    monitor.start()
+    try:
+        await asyncio.sleep(0.12)
+        assert monitor.lag() < 0.05
+        assert monitor.healthy(0.1)
+        _block_the_loop(0.3)
+        assert monitor.lag() >= 0.2  # overdue while blocked
+        await asyncio.sleep(0.01)
+        assert monitor.last_lag_s >= 0.2
+        assert not monitor.healthy(0.1)
+    finally:
+        monitor.stop()
+
+
+def _block_the_loop(seconds: float) -> None:
+    """Busy work on the loop's thread, as a slow callback would do."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pass
