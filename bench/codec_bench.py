@@ -123,8 +123,9 @@ def main() -> None:
             ops = run()
             best[name] = min(best[name], (time.perf_counter_ns() - start) / ops)
     width = max(len(name) for name in best)
+    unit = best["calibration: empty function call"]
     for name, ns in best.items():
-        print(f"{name:<{width}}  {ns:8.0f} ns/op")
+        print(f"{name:<{width}}  {ns:8.0f} ns/op  {ns / unit:6.1f} x empty call")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final
 
-from xmq.auth.verifiers import ScramCredentials, verify_password
+from xmq.auth.verifiers import HashPolicy, ScramCredentials, hash_password, verify_password
 from xmq.core.auth_ports import (
     AUTH_BAD_USERNAME_OR_PASSWORD,
     AUTH_NOT_AUTHORIZED,
@@ -59,6 +59,23 @@ def decision_for(record: AccountRecord) -> AuthDecision:
 async def verify_in_thread(password: bytes, verifier: str) -> bool:
     """Slow-hash verification off the event loop."""
     return await asyncio.to_thread(verify_password, password, verifier)
+
+
+class TimingShield:
+    """Checks a password against a throwaway verifier of the policy's cost, so a login with
+    an unknown user name takes as long as one with a wrong password (no user enumeration
+    by timing). The throwaway verifier is made on first use."""
+
+    __slots__ = ("_policy", "_verifier")
+
+    def __init__(self, policy: HashPolicy) -> None:
+        self._policy = policy
+        self._verifier: str | None = None
+
+    async def spend(self, password: bytes) -> None:
+        if self._verifier is None:
+            self._verifier = await asyncio.to_thread(hash_password, os.urandom(16), self._policy)
+        await verify_in_thread(password, self._verifier)
 
 
 class VerifiedPasswords:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from xmq.auth.accounts import (
     ANONYMOUS_GROUP,
     AccountRecord,
+    TimingShield,
     VerifiedPasswords,
     bad_credentials,
     decision_for,
@@ -34,7 +35,7 @@ from xmq.auth.acl import AclRule, Action, Permission, RuleAcl
 from xmq.auth.acl_patterns import PatternError
 from xmq.auth.login_guard import LoginGuard
 from xmq.auth.scram_exchange import start_scram_exchange
-from xmq.auth.verifiers import ScramCredentials, VerifierError, parse_verifier
+from xmq.auth.verifiers import HashPolicy, ScramCredentials, VerifierError, parse_verifier
 from xmq.core.auth_ports import (
     AUTH_CONNECTION_RATE_EXCEEDED,
     AUTH_NOT_AUTHORIZED,
@@ -148,9 +149,12 @@ class FileAccounts:
         guard: LoginGuard | None = None,
         path: Path | None = None,
         allow_anonymous: bool | None = None,
+        hash_policy: HashPolicy | None = None,
     ) -> None:
-        """`allow_anonymous`, when given, overrides the file's setting."""
+        """`allow_anonymous`, when given, overrides the file's setting; `hash_policy` is the
+        cost an unknown user name is made to spend (like a real verification)."""
         self.path = path
+        self._shield = TimingShield(hash_policy or HashPolicy())
         self._anonymous_override = allow_anonymous
         self.guard = guard if guard is not None else LoginGuard()
         self._verified = VerifiedPasswords()
@@ -163,9 +167,16 @@ class FileAccounts:
         *,
         guard: LoginGuard | None = None,
         allow_anonymous: bool | None = None,
+        hash_policy: HashPolicy | None = None,
     ) -> FileAccounts:
         path = Path(path)
-        return cls(_read(path), guard=guard, path=path, allow_anonymous=allow_anonymous)
+        return cls(
+            _read(path),
+            guard=guard,
+            path=path,
+            allow_anonymous=allow_anonymous,
+            hash_policy=hash_policy,
+        )
 
     def _apply(self, parsed: _AccountsFile) -> None:
         override = self._anonymous_override
@@ -209,6 +220,8 @@ class FileAccounts:
         record = self._records.get(username)
         verifier = record.verifier if record is not None else None
         if record is None or verifier is None or password is None:
+            if password is not None:
+                await self._shield.spend(password)
             self.guard.record_failure(username, credentials.peer)
             return bad_credentials()
         if not self._verified.check(username, verifier, password):

@@ -28,6 +28,7 @@ from xmq.auth.accounts import (
     ANONYMOUS_GROUP,
     AccountRecord,
     AccountStoreUnavailableError,
+    TimingShield,
     VerifiedPasswords,
     bad_credentials,
     decision_for,
@@ -105,6 +106,7 @@ class PostgresAccounts:
         self.events: AuthEvents = events if events is not None else NullAuthEvents()
         self.guard = guard if guard is not None else LoginGuard(config.guard_policy)
         self._verified = VerifiedPasswords(config.cache_size)
+        self._shield = TimingShield(config.hash_policy)
         self._cache: OrderedDict[str, _CacheEntry] = OrderedDict()
         self._generation = 0
         self._changes = 0
@@ -287,6 +289,8 @@ class PostgresAccounts:
             return AuthDecision(AUTH_SERVER_UNAVAILABLE, reason_string="account store unavailable")
         record = entry.account.record if entry.account is not None else None
         if record is None or record.verifier is None or password is None:
+            if password is not None:
+                await self._shield.spend(password)
             self.guard.record_failure(username, peer)
             return bad_credentials()
         verifier = record.verifier

@@ -106,9 +106,8 @@ class Publish:
         self.properties = properties
 
     def __eq__(self, other: object) -> bool:
-        if other.__class__ is not Publish:
+        if not isinstance(other, Publish):
             return NotImplemented
-        assert isinstance(other, Publish)
         return (
             self.topic == other.topic
             and self.payload == other.payload

@@ -61,6 +61,7 @@ class Broker(AuthEvents):
         self.directory: SessionDirectory | None = None
         self.cluster: ClusterRouter | None = None
         self.store: DurableStore | None = None
+        self.claiming: dict[str, int] = {}  # client ids with a cluster claim in progress
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -96,6 +97,9 @@ class Broker(AuthEvents):
             session = Session(terms.client_id, self.settings.queues, self.stats)
             self.sessions[terms.client_id] = session
             if restored is not None:
+                session.expiry_s = terms.session_expiry_s
+                if self.store is not None and terms.session_expiry_s:
+                    session.store = self.store
                 apply_restored(self, session, restored)
                 present = True
         else:
@@ -313,9 +317,9 @@ class Broker(AuthEvents):
             count += cluster.forward(message)
         if len(self.shared):
             for group in self.shared.match(topic):
-                if cluster is not None and self._shared_elsewhere(cluster, group, message):
-                    count += 1
-                elif self._deliver_shared(group, message, now, ()):
+                if (
+                    cluster is not None and self._shared_elsewhere(cluster, group, message)
+                ) or self._deliver_shared(group, message, now, ()):
                     count += 1
         return count
 

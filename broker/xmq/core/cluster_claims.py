@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from xmq.core.cluster_ports import (
     ClaimOutcome,
-    ClusterUnavailable,
+    ClusterUnavailableError,
     RestoredSession,
 )
 from xmq.core.session import Session, Subscription
@@ -32,7 +32,7 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
     if identity is None or directory is None:
         return None
     if not identity.online:
-        raise ClusterUnavailable("node offline: no cluster lease")
+        raise ClusterUnavailableError("node offline: no cluster lease")
     client_id = terms.client_id
     durable = terms.session_expiry_s > 0
     expected: tuple[str, int] | None = None
@@ -41,17 +41,26 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
     rounds = 0
     while True:
         local = broker.sessions.get(client_id)
-        result = await directory.claim(
-            client_id,
-            clean_start=terms.clean_start,
-            durable=durable,
-            want_state=not terms.clean_start and local is None,
-            protocol_version=terms.protocol_version,
-            expiry_interval=terms.session_expiry_s,
-            expected=expected,
-        )
+        claiming = broker.claiming
+        claiming[client_id] = claiming.get(client_id, 0) + 1
+        try:
+            result = await directory.claim(
+                client_id,
+                clean_start=terms.clean_start,
+                durable=durable,
+                want_state=not terms.clean_start and local is None,
+                protocol_version=terms.protocol_version,
+                expiry_interval=terms.session_expiry_s,
+                expected=expected,
+            )
+        finally:  # runs right before the caller attaches (no await in between)
+            left = claiming[client_id] - 1
+            if left:
+                claiming[client_id] = left
+            else:
+                del claiming[client_id]
         if not identity.online:
-            raise ClusterUnavailable("node went offline")
+            raise ClusterUnavailableError("node went offline")
         if result.outcome != ClaimOutcome.OWNED_ELSEWHERE:
             if broker.sessions.get(client_id) is not None:
                 return None  # the in-memory session is newer than any stored copy
@@ -66,7 +75,7 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
             continue
         expected = None
         if loop.time() >= deadline:
-            raise ClusterUnavailable(f"session owned by unreachable node {result.owner[0]}")
+            raise ClusterUnavailableError(f"session owned by unreachable node {result.owner[0]}")
         await asyncio.sleep(max(0.05, identity.lease_ttl_s / 10))
 
 

@@ -9,6 +9,7 @@ pays one attribute check.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -31,7 +32,7 @@ class NodeIdentity:
         self.lease_ttl_s = lease_ttl_s
 
 
-class ClusterUnavailable(Exception):
+class ClusterUnavailableError(Exception):
     """The cluster cannot serve a CONNECT now (node offline, Redis unreachable): 0x88."""
 
 
@@ -86,7 +87,7 @@ class SessionDirectory(Protocol):
         expiry_interval: int,
         expected: tuple[str, int] | None = None,
     ) -> ClaimResult:
-        """Claim ``client_id`` for this node; raises :class:`ClusterUnavailable`."""
+        """Claim ``client_id`` for this node; raises :class:`ClusterUnavailableError`."""
         ...
 
     def release(self, client_id: str) -> None:
@@ -120,6 +121,20 @@ class DurableStore(Protocol):
 
     async def flush(self) -> None:
         """Wait until every record queued so far is written."""
+
+    def append_if_owner(
+        self,
+        client_id: str,
+        owner: tuple[str, int],
+        message: Message,
+        qos: int,
+        retain: bool,
+        on_moved: Callable[[str, int], None],
+    ) -> None:
+        """Queue a message in Redis for a session whose owner is gone (while it still owns it).
+
+        When another node owns the session by then, ``on_moved(node id, epoch)`` is called.
+        """
 
 
 class ClusterRouter(Protocol):

@@ -43,7 +43,7 @@ from xmq.core.auth_ports import (
     Credentials,
 )
 from xmq.core.cluster_claims import claim_cluster_wide
-from xmq.core.cluster_ports import ClusterUnavailable, RestoredSession
+from xmq.core.cluster_ports import ClusterUnavailableError, RestoredSession
 from xmq.core.message import Message
 from xmq.core.ports import ClientLink
 from xmq.core.publish_flow import on_puback, on_pubcomp, on_publish, on_pubrec, on_pubrel
@@ -298,7 +298,7 @@ class ClientConnection:
         if broker.directory is not None:
             try:  # one batched Redis round trip: this node becomes the client id's owner
                 restored = await claim_cluster_wide(broker, terms)
-            except ClusterUnavailable as error:
+            except ClusterUnavailableError as error:
                 self._refuse(ReasonCode.SERVER_UNAVAILABLE, str(error))
                 return
             if self.state != AUTHENTICATING:

@@ -27,7 +27,7 @@ from xmq.contract.session_scripts import (
 from xmq.core.cluster_ports import (
     ClaimOutcome,
     ClaimResult,
-    ClusterUnavailable,
+    ClusterUnavailableError,
     NodeIdentity,
     RestoredSession,
     SubscriptionSpec,
@@ -162,7 +162,7 @@ class RedisSessionDirectory:
             reply = await self.batcher.call_script(call.script, call.keys, call.args)
             parsed = ClaimReply.from_reply(reply)
         except (RedisError, OSError, TimeoutError, ValueError) as error:
-            raise ClusterUnavailable(f"session claim failed: {error}") from error
+            raise ClusterUnavailableError(f"session claim failed: {error}") from error
         restored = None
         if parsed.stored is not None:
             restored = restore(parsed.stored, self.clock())

@@ -80,7 +80,7 @@ async def running(authenticator: Authenticator, authorizer: Authorizer) -> Async
 
 @pytest.fixture
 async def file_node() -> AsyncIterator[Node]:
-    accounts = FileAccounts(ACCOUNTS)
+    accounts = FileAccounts(ACCOUNTS, hash_policy=FAST)
     async with running(accounts, accounts) as node:
         yield node
 

@@ -71,7 +71,7 @@ def creds(username: str | None, password: bytes | None, peer: str = "10.0.0.1:40
     ],
 )
 async def test_password_logins(username: str | None, password: bytes | None, code: int) -> None:
-    accounts = FileAccounts(accounts_data())
+    accounts = FileAccounts(accounts_data(), hash_policy=FAST)
     decision = await accounts.authenticate(creds(username, password))
     assert decision.reason_code == code
     if code == 0:
@@ -80,7 +80,7 @@ async def test_password_logins(username: str | None, password: bytes | None, cod
 
 
 async def test_second_login_uses_the_verified_cache() -> None:
-    accounts = FileAccounts(accounts_data())
+    accounts = FileAccounts(accounts_data(), hash_policy=FAST)
     assert (await accounts.authenticate(creds("alice", b"wonderland"))).ok
     assert len(accounts._verified) == 1
     assert (await accounts.authenticate(creds("alice", b"wonderland"))).ok
@@ -88,7 +88,7 @@ async def test_second_login_uses_the_verified_cache() -> None:
 
 
 async def test_anonymous_when_allowed_gets_its_group_rules() -> None:
-    accounts = FileAccounts(accounts_data(allow_anonymous=True))
+    accounts = FileAccounts(accounts_data(allow_anonymous=True), hash_policy=FAST)
     decision = await accounts.authenticate(creds(None, None))
     assert decision.ok and decision.groups == ("anonymous",)
     acl = await accounts.acl_for(decision, "anon-1")
@@ -100,7 +100,9 @@ async def test_anonymous_when_allowed_gets_its_group_rules() -> None:
 async def test_allow_anonymous_override(tmp_path: Path) -> None:
     path = tmp_path / "accounts.yaml"
     path.write_text(yaml.safe_dump(accounts_data(allow_anonymous=False)))
-    assert (await FileAccounts.load(path).authenticate(creds(None, None))).reason_code == 0x86
+    assert (
+        await FileAccounts.load(path, hash_policy=FAST).authenticate(creds(None, None))
+    ).reason_code == 0x86
     opened = FileAccounts.load(path, allow_anonymous=True)
     assert (await opened.authenticate(creds(None, None))).ok
     opened.reload()
@@ -108,7 +110,7 @@ async def test_allow_anonymous_override(tmp_path: Path) -> None:
 
 
 async def test_acl_for_user_and_group() -> None:
-    accounts = FileAccounts(accounts_data())
+    accounts = FileAccounts(accounts_data(), hash_policy=FAST)
     decision = await accounts.authenticate(creds("alice", b"wonderland"))
     acl = await accounts.acl_for(decision, "c1")
     assert acl.can_publish("users/alice/a", 1, False)
@@ -131,7 +133,7 @@ async def test_without_acl_section_everything_but_reserved_is_allowed() -> None:
 
 async def test_brute_force_guard() -> None:
     guard = LoginGuard(GuardPolicy(failures_per_user=3, failures_per_address=100))
-    accounts = FileAccounts(accounts_data(), guard=guard)
+    accounts = FileAccounts(accounts_data(), guard=guard, hash_policy=FAST)
     for _ in range(3):
         assert (await accounts.authenticate(creds("alice", b"guess"))).reason_code == 0x86
     assert (await accounts.authenticate(creds("alice", b"wonderland"))).reason_code == 0x9F
@@ -146,7 +148,7 @@ async def drive(exchange: AuthExchange, client: ScramClient) -> AuthStep:
 
 
 async def test_scram_exchange_success() -> None:
-    accounts = FileAccounts(accounts_data())
+    accounts = FileAccounts(accounts_data(), hash_policy=FAST)
     assert accounts.start_exchange("SCRAM-SHA-1", creds(None, None)) is None
     exchange = accounts.start_exchange("SCRAM-SHA-256", creds(None, None))
     assert exchange is not None
@@ -165,7 +167,7 @@ async def test_scram_exchange_success() -> None:
     ids=["wrong-password", "unknown-user", "disabled"],
 )
 async def test_scram_exchange_failures(username: str, password: str, code: int) -> None:
-    accounts = FileAccounts(accounts_data())
+    accounts = FileAccounts(accounts_data(), hash_policy=FAST)
     exchange = accounts.start_exchange("SCRAM-SHA-256", creds(None, None))
     assert exchange is not None
     final = await drive(exchange, ScramClient(username, password))
@@ -174,7 +176,9 @@ async def test_scram_exchange_failures(username: str, password: str, code: int) 
 
 
 async def test_scram_exchange_malformed_first_message() -> None:
-    exchange = FileAccounts(accounts_data()).start_exchange("SCRAM-SHA-256", creds(None, None))
+    exchange = FileAccounts(accounts_data(), hash_policy=FAST).start_exchange(
+        "SCRAM-SHA-256", creds(None, None)
+    )
     assert exchange is not None
     step = await exchange.step(b"garbage")
     assert step.reason_code == 0x86 and step.decision is not None
@@ -196,7 +200,7 @@ async def test_load_and_reload(tmp_path: Path) -> None:
     path = tmp_path / "accounts.yaml"
     data = accounts_data()
     path.write_text(yaml.safe_dump(data))
-    accounts = FileAccounts.load(path)
+    accounts = FileAccounts.load(path, hash_policy=FAST)
     assert (await accounts.authenticate(creds("alice", b"wonderland"))).ok
     data["users"]["alice"]["enabled"] = False
     data["users"]["bob"] = user("builder")
@@ -240,3 +244,12 @@ def test_unreadable_file(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("users: [unclosed")
     with pytest.raises(AccountsFileError):
         FileAccounts.load(tmp_path / "bad.yaml")
+
+
+async def test_unknown_user_costs_a_verification() -> None:
+    accounts = FileAccounts(accounts_data(), hash_policy=FAST)
+    before = accounts._shield._verifier
+    assert (await accounts.authenticate(creds("nobody", b"pw"))).reason_code == 0x86
+    after = accounts._shield._verifier
+    assert before is None
+    assert after is not None and after.startswith("pbkdf2-sha256$i=1000$")

@@ -1,0 +1,169 @@
+"""The node-link wire format: length-prefixed binary frames.
+
+Every frame is ``u32 length | u8 kind | body`` (length counts kind + body). Strings are
+``u16 length | UTF-8``. Messages travel as ``xmq.contract.message_record`` records.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+_LEN = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+MAX_FRAME = 64 * 1024 * 1024
+
+
+class FrameError(ValueError):
+    """A peer sent bytes that are not a frame."""
+
+
+class Kind(enum.IntEnum):
+    HELLO = 1  # node id, u64 epoch
+    ROUTE = 2  # u8 added, filter
+    SHARE = 3  # u8 added, group, filter
+    DSUB = 4  # u8 added, client id, key, filter, u8 qos, u8 flags
+    DGONE = 5  # client id
+    PUBLISH = 6  # record
+    SHARED = 7  # group, filter, record
+    DIRECT = 8  # client id, record
+    TAKEOVER = 9  # u32 request, client id, u64 expected epoch
+    TAKEOVER_DONE = 10  # u32 request, u8 ok
+
+
+def _str(value: str) -> bytes:
+    data = value.encode()
+    return _U16.pack(len(data)) + data
+
+
+def frame(kind: Kind, *parts: bytes) -> bytes:
+    body = b"".join(parts)
+    return _LEN.pack(len(body) + 1) + bytes((kind,)) + body
+
+
+def hello(node_id: str, epoch: int) -> bytes:
+    return frame(Kind.HELLO, _str(node_id), _U64.pack(epoch))
+
+
+def route(added: bool, topic_filter: str) -> bytes:
+    return frame(Kind.ROUTE, bytes((added,)), _str(topic_filter))
+
+
+def share(added: bool, group: str, topic_filter: str) -> bytes:
+    return frame(Kind.SHARE, bytes((added,)), _str(group), _str(topic_filter))
+
+
+def durable_sub(
+    added: bool, client_id: str, key: str, topic_filter: str, qos: int, flags: int
+) -> bytes:
+    return frame(
+        Kind.DSUB,
+        bytes((added,)),
+        _str(client_id),
+        _str(key),
+        _str(topic_filter),
+        bytes((qos, flags)),
+    )
+
+
+def durable_gone(client_id: str) -> bytes:
+    return frame(Kind.DGONE, _str(client_id))
+
+
+def publish(record: bytes) -> bytes:
+    return frame(Kind.PUBLISH, record)
+
+
+def shared(group: str, topic_filter: str, record: bytes) -> bytes:
+    return frame(Kind.SHARED, _str(group), _str(topic_filter), record)
+
+
+def direct(client_id: str, record: bytes) -> bytes:
+    return frame(Kind.DIRECT, _str(client_id), record)
+
+
+def takeover(request: int, client_id: str, epoch: int) -> bytes:
+    return frame(Kind.TAKEOVER, _U32.pack(request), _str(client_id), _U64.pack(epoch))
+
+
+def takeover_done(request: int, ok: bool) -> bytes:
+    return frame(Kind.TAKEOVER_DONE, _U32.pack(request), bytes((ok,)))
+
+
+class BodyReader:
+    """Reads the fields of one frame body in order."""
+
+    __slots__ = ("buf", "pos")
+
+    def __init__(self, buf: bytes) -> None:
+        self.buf = buf
+        self.pos = 0
+
+    def u8(self) -> int:
+        if self.pos >= len(self.buf):
+            raise FrameError("truncated frame")
+        value = self.buf[self.pos]
+        self.pos += 1
+        return value
+
+    def u32(self) -> int:
+        try:
+            (value,) = _U32.unpack_from(self.buf, self.pos)
+        except struct.error as error:
+            raise FrameError("truncated frame") from error
+        self.pos += 4
+        return int(value)
+
+    def u64(self) -> int:
+        try:
+            (value,) = _U64.unpack_from(self.buf, self.pos)
+        except struct.error as error:
+            raise FrameError("truncated frame") from error
+        self.pos += 8
+        return int(value)
+
+    def text(self) -> str:
+        try:
+            (size,) = _U16.unpack_from(self.buf, self.pos)
+        except struct.error as error:
+            raise FrameError("truncated frame") from error
+        start = self.pos + 2
+        end = start + size
+        if end > len(self.buf):
+            raise FrameError("truncated string")
+        self.pos = end
+        return self.buf[start:end].decode()
+
+    def rest(self) -> bytes:
+        data = self.buf[self.pos :]
+        self.pos = len(self.buf)
+        return data
+
+
+class FrameDecoder:
+    """Splits a byte stream into ``(kind, body)`` frames."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        buffer = self._buffer
+        buffer += data
+        frames: list[tuple[int, bytes]] = []
+        pos = 0
+        end = len(buffer)
+        while end - pos >= 5:
+            (size,) = _LEN.unpack_from(buffer, pos)
+            if size < 1 or size > MAX_FRAME:
+                raise FrameError(f"bad frame length {size}")
+            if end - pos - 4 < size:
+                break
+            frames.append((buffer[pos + 4], bytes(buffer[pos + 5 : pos + 4 + size])))
+            pos += 4 + size
+        if pos:
+            del buffer[:pos]
+        return frames

@@ -1,0 +1,112 @@
+"""What this node knows about the other nodes' subscriptions.
+
+* ``routes``: filter -> nodes with at least one non-shared subscriber (forwarding).
+* ``shares``: ``(group, filter)`` -> nodes with members (one node picked per message).
+* ``durable``: per node, the subscriptions of its persistent sessions. While a node is linked
+  they are only kept; when its link drops they become ``orphans``: messages matching them are
+  appended to the sessions' Redis queues until another node claims the session.
+* ``moved``: sessions this node handed over (kept a few seconds, same treatment as orphans, for
+  messages still on their way here).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from xmq.routing.shared_tree import SharedSubscriptions
+from xmq.routing.subscription_tree import SubscriptionTree
+
+NO_LOCAL = 1
+RETAIN_AS_PUBLISHED = 2
+
+
+@dataclass(frozen=True, slots=True)
+class DurableSub:
+    """A persistent session's subscription as another node announced it."""
+
+    key: str
+    topic_filter: str
+    qos: int
+    flags: int
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanSub:
+    """A subscription of a session whose owner is gone (or that moved away from here)."""
+
+    owner: tuple[str, int]
+    qos: int
+    flags: int
+
+
+class OrphanIndex:
+    """client id -> subscriptions whose messages go to the session's Redis queue."""
+
+    __slots__ = ("by_client", "tree")
+
+    def __init__(self) -> None:
+        self.tree: SubscriptionTree[str, OrphanSub] = SubscriptionTree(1024)
+        self.by_client: dict[str, list[str]] = {}
+
+    def add(self, client_id: str, topic_filter: str, orphan: OrphanSub) -> None:
+        self.tree.add(topic_filter, client_id, orphan)
+        filters = self.by_client.setdefault(client_id, [])
+        if topic_filter not in filters:
+            filters.append(topic_filter)
+
+    def drop(self, client_id: str) -> None:
+        for topic_filter in self.by_client.pop(client_id, ()):
+            self.tree.remove(topic_filter, client_id)
+
+    def __len__(self) -> int:
+        return len(self.by_client)
+
+
+class RouteTable:
+    """The other nodes' routes, shared groups and persistent subscriptions."""
+
+    def __init__(self) -> None:
+        self.routes: SubscriptionTree[str, bool] = SubscriptionTree()
+        self.shares: SharedSubscriptions[str, bool] = SharedSubscriptions()
+        self.durable: dict[str, dict[str, dict[str, DurableSub]]] = {}
+        self.orphans = OrphanIndex()
+        self.moved = OrphanIndex()
+
+    def route(self, node: str, topic_filter: str, added: bool) -> None:
+        if added:
+            self.routes.add(topic_filter, node, True)
+        else:
+            self.routes.remove(topic_filter, node)
+
+    def share(self, node: str, group: str, topic_filter: str, added: bool) -> None:
+        if added:
+            self.shares.add(group, topic_filter, node, True)
+        else:
+            self.shares.remove(group, topic_filter, node)
+
+    def durable_sub(self, node: str, client_id: str, sub: DurableSub, added: bool) -> None:
+        sessions = self.durable.setdefault(node, {})
+        if added:
+            sessions.setdefault(client_id, {})[sub.key] = sub
+            self.orphans.drop(client_id)  # a live node owns it now
+        else:
+            subs = sessions.get(client_id)
+            if subs is not None:
+                subs.pop(sub.key, None)
+
+    def durable_gone(self, node: str, client_id: str) -> None:
+        self.durable.get(node, {}).pop(client_id, None)
+
+    def forget_node(self, node: str, epoch: int, orphan: bool) -> None:
+        """A node's link is gone: drop its routes; its persistent sessions become orphans."""
+        for topic_filter in [f for f, key, _ in self.routes.items() if key == node]:
+            self.routes.remove(topic_filter, node)
+        for group in self.shares.groups_of(node):
+            self.shares.remove(group.group, group.topic_filter, node)
+        sessions = self.durable.pop(node, {})
+        if not orphan:
+            return
+        for client_id, subs in sessions.items():
+            for durable in subs.values():
+                orphan = OrphanSub((node, epoch), durable.qos, durable.flags)
+                self.orphans.add(client_id, durable.topic_filter, orphan)

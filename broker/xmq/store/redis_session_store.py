@@ -1,0 +1,209 @@
+"""Durable persistent sessions in Redis (implements ``core.cluster_ports.DurableStore``).
+
+Each QoS 1/2 message owed to a persistent session is one record in
+``session:queue:<client id>`` until the client acknowledges it (``LREM``). A QoS 2 record that
+went out also has its packet id in ``session:inflight:<client id>`` (``<id>`` or ``<id>:r``
+once PUBREC came), so a resuming node re-sends PUBLISH or PUBREL with the same packet id.
+
+``max_queued_writes`` = 0: a delivery waits for its record (group-committed by the batcher:
+one pipeline per loop tick). N > 0: up to N deliveries go out before their records are
+written; beyond that the publishing client's socket is paused until the backlog halves.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from xmq.contract.keys import ClusterKeys
+from xmq.contract.message_record import encode_record
+from xmq.contract.session_scripts import append_if_owner
+from xmq.core.cluster_ports import NodeIdentity, SubscriptionSpec
+from xmq.core.message import Message
+from xmq.core.session import Delivery, Session, Subscription
+from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.session_directory import subscription_json
+
+if TYPE_CHECKING:
+    from xmq.core.connection import ClientConnection
+
+_WAITING_LIMIT = 20_000
+"""With max_queued_writes 0: records waiting for Redis before publishers are paused."""
+
+
+def record_id_of(record: bytes) -> bytes:
+    """The id inside an encoded record (see ``xmq.contract.message_record``)."""
+    return record[4 : 4 + record[3]]
+
+
+class RedisSessionStore:
+    """Records of persistent sessions, written through the shared batcher."""
+
+    def __init__(
+        self,
+        batcher: RedisBatcher,
+        keys: ClusterKeys,
+        identity: NodeIdentity,
+        sessions: dict[str, Session],
+        clock: Callable[[], float],
+        max_queued_writes: int = 0,
+    ) -> None:
+        self.batcher = batcher
+        self.keys = keys
+        self.identity = identity
+        self.sessions = sessions
+        self.clock = clock
+        self.max_queued_writes = max_queued_writes
+        self.limit = max_queued_writes or _WAITING_LIMIT
+        self.unwritten = 0
+        self.records = 0
+        self._ids = itertools.count(1)
+        self._paused: set[ClientConnection] = set()
+
+    # -- records ----------------------------------------------------------------------------
+
+    def new_record(
+        self,
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+    ) -> bytes:
+        identity = self.identity
+        record_id = f"{identity.node_id}/{identity.epoch}/{next(self._ids)}"
+        return encode_record(
+            record_id,
+            message.topic,
+            message.payload,
+            message.qos,
+            message.retain,
+            message.properties,
+            message.origin,
+            qos,
+            retain,
+            subscription_ids,
+        )
+
+    def record(self, session: Session, delivery: Delivery, now: float) -> bool:
+        message = delivery.message
+        raw = self.new_record(message, delivery.qos, delivery.retain, delivery.subscription_ids)
+        delivery.record = raw
+        self.records += 1
+        self.unwritten += 1
+        key = self.keys.session_queue(session.client_id)
+        if self.max_queued_writes == 0:
+
+            def recorded(reply: Any) -> None:
+                self._written()
+                if session.store is self:
+                    session.deliver_recorded(delivery, self.clock())
+
+            self.batcher.command("RPUSH", key, raw, callback=recorded)
+            if self.unwritten > self.limit:
+                self._pause(message.origin)
+            return True
+        self.batcher.command("RPUSH", key, raw, callback=self._written_reply)
+        if self.unwritten > self.limit:
+            self._pause(message.origin)
+        return session.deliver_recorded(delivery, now)
+
+    def _written_reply(self, reply: Any) -> None:
+        self._written()
+
+    def _written(self) -> None:
+        self.unwritten -= 1
+        if self._paused and self.unwritten <= self.limit // 2:
+            paused, self._paused = self._paused, set()
+            for conn in paused:
+                conn.link.resume_reading()
+
+    def _pause(self, origin: str | None) -> None:
+        session = self.sessions.get(origin) if origin is not None else None
+        conn = session.connection if session is not None else None
+        if conn is not None and conn not in self._paused:
+            self._paused.add(conn)
+            conn.link.pause_reading()
+
+    def sent(self, session: Session, delivery: Delivery) -> None:
+        raw = delivery.record
+        if raw is None or delivery.qos != 2:
+            return
+        self.batcher.command(
+            "HSET",
+            self.keys.session_inflight(session.client_id),
+            record_id_of(raw),
+            str(delivery.packet_id),
+        )
+
+    def released(self, session: Session, delivery: Delivery) -> None:
+        raw = delivery.record
+        if raw is None:
+            return
+        self.batcher.command(
+            "HSET",
+            self.keys.session_inflight(session.client_id),
+            record_id_of(raw),
+            f"{delivery.packet_id}:r",
+        )
+
+    def acknowledged(self, session: Session, delivery: Delivery) -> None:
+        raw = delivery.record
+        if raw is None:
+            return
+        client_id = session.client_id
+        self.batcher.command("LREM", self.keys.session_queue(client_id), 1, raw)
+        if delivery.qos == 2:
+            self.batcher.command("HDEL", self.keys.session_inflight(client_id), record_id_of(raw))
+
+    def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
+        key = self.keys.session_qos2_inbound(session.client_id)
+        self.batcher.command("SADD" if added else "SREM", key, packet_id)
+
+    def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
+        subs_key = self.keys.session_subscriptions(session.client_id)
+        if sub is None:
+            self.batcher.command("HDEL", subs_key, key)
+            return
+        spec = SubscriptionSpec(
+            key,
+            sub.topic_filter,
+            sub.qos,
+            sub.no_local,
+            sub.retain_as_published,
+            sub.retain_handling,
+            sub.identifier,
+            sub.share_group,
+        )
+        self.batcher.command("HSET", subs_key, key, subscription_json(spec))
+
+    def disconnected(self, session: Session) -> None:
+        self.batcher.command(
+            "HSET", self.keys.session_state(session.client_id), "disconnected_at", time.time()
+        )
+
+    async def flush(self) -> None:
+        await self.batcher.flush()
+
+    # -- sessions owned by a dead (or departed) node ----------------------------------------
+
+    def append_if_owner(
+        self,
+        client_id: str,
+        owner: tuple[str, int],
+        message: Message,
+        qos: int,
+        retain: bool,
+        on_moved: Callable[[str, int], None],
+    ) -> None:
+        """Append to the session's Redis queue while ``owner`` still owns it (else ``on_moved``)."""
+        raw = self.new_record(message, qos, retain, ())
+        script, keys, args = append_if_owner(self.keys, client_id, owner, raw)
+
+        def done(reply: Any) -> None:
+            if isinstance(reply, list) and reply and int(reply[0]) == 1:
+                node = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+                on_moved(node, int(reply[2]))
+
+        self.batcher.script(script, keys, args, callback=done)
