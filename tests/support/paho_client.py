@@ -6,7 +6,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTProtocolVersion
@@ -53,6 +53,7 @@ class PahoClient:
         version: MQTTProtocolVersion = V5,
         host: str = "127.0.0.1",
         auto_ack: bool = True,
+        transport: Literal["tcp", "websockets"] = "tcp",
     ) -> None:
         self.port = port
         self.host = host
@@ -64,6 +65,7 @@ class PahoClient:
             clean_session=None if version == V5 else True,
             reconnect_on_failure=False,
             manual_ack=not auto_ack,
+            transport=transport,  # "websockets" for MQTT over WebSocket
         )
         self.messages: queue.Queue[Received] = queue.Queue()
         self.connacks: queue.Queue[ConnectResult] = queue.Queue()

@@ -8,6 +8,7 @@ import signal
 import sys
 
 from xmq import __version__
+from xmq.app.cluster_runtime import ClusterRuntime, redis_url_of
 from xmq.app.node_endpoint import NodeEndpoint
 from xmq.auth.file_accounts import FileAccounts
 from xmq.codec.reason_codes import ReasonCode
@@ -79,11 +80,20 @@ class BrokerNode:
         self.sys = SysPublisher(self.broker, config.sys.interval_s)
         self.stopping = asyncio.Event()
         self.draining = False
+        redis_url = redis_url_of(config)
+        self.cluster = ClusterRuntime(config, self.broker, redis_url) if redis_url else None
         self.endpoint = NodeEndpoint(
             config.metrics, self.broker, self.listeners, lambda: self.draining, self.drain
         )
 
     async def start(self) -> None:
+        if self.cluster is not None:  # join the cluster before accepting clients
+            address = await self.cluster.start()
+            identity = self.cluster.identity
+            print(
+                f"xmq: cluster {identity.node_id} epoch {identity.epoch} link {address}",
+                flush=True,
+            )
         await self.listeners.start(self.config.listeners)
         self.sys.start()
         for bound in self.listeners.bound:
@@ -128,6 +138,8 @@ class BrokerNode:
         except TimeoutError:
             for client in list(self.listeners.clients):
                 client.abort()
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.endpoint.stop()
 
     def reload(self) -> None:

@@ -26,7 +26,7 @@ from xmq.auth.acl_patterns import (
     Pattern,
     compile_pattern,
     covers_filter,
-    matches_topic,
+    matches_levels,
     overlaps_filter,
     parse_filter,
     strip_shared_prefix,
@@ -144,12 +144,13 @@ class RuleAcl:
             return cached
         if is_reserved_topic(topic):
             return self._remember(key, False)
+        names = topic.split("/")
         for rule in self._rules:
             if not rule.publish or (rule.max_qos is not None and qos > rule.max_qos):
                 continue
             if rule.retain is not None and rule.retain != retain:
                 continue
-            if matches_topic(rule.pattern, topic):
+            if matches_levels(rule.pattern, names):
                 return self._remember(key, rule.allow)
         return self._remember(key, self._no_match_allows)
 

@@ -92,8 +92,12 @@ def _dollar_guard(rule_first: Level, other_first: Level) -> bool:
 
 def matches_topic(pattern: Pattern, topic: str) -> bool:
     """Does the rule pattern match a topic name?"""
-    names = topic.split("/")
-    if pattern and _dollar_guard(pattern[0], (LITERAL, names[0])):
+    return matches_levels(pattern, topic.split("/"))
+
+
+def matches_levels(pattern: Pattern, names: list[str]) -> bool:
+    """`matches_topic` for a topic already split into its levels."""
+    if pattern and pattern[0][0] != LITERAL and names[0][:1] == "$":
         return False
     for index, (kind, text) in enumerate(pattern):
         if kind == HASH:

@@ -56,8 +56,13 @@ class StoredAccount:
     rules: tuple[AclRule, ...]
 
 
-def rule_from_mapping(row: Any) -> AclRule | None:
-    """An AclRule from a row or JSON object; None (logged) when the stored rule is invalid."""
+FAIL_CLOSED_PRIORITY = 2**31 - 1
+
+
+def rule_from_mapping(row: Any) -> AclRule:
+    """An AclRule from a row or JSON object. A stored rule that is invalid (written around
+    `xmq acl`, e.g. a malformed filter) fails closed: it becomes a deny-everything rule of
+    the highest priority for the same user or group, and is logged."""
     try:
         return AclRule(
             permission=Permission(row["permission"]),
@@ -71,15 +76,24 @@ def rule_from_mapping(row: Any) -> AclRule | None:
             rule_id=int(row["id"]),
         )
     except (ValueError, KeyError, TypeError):
-        logger.warning(
-            "ignoring invalid ACL rule %r", row.get("id") if hasattr(row, "get") else row
+        logger.error("invalid ACL rule %r: denying everything to whom it applies", row.get("id"))
+        username, group = row.get("username"), row.get("group_name")
+        if not isinstance(username, str):
+            username = None
+        if username is not None or not isinstance(group, str):
+            group = None
+        return AclRule(
+            permission=Permission.DENY,
+            action=Action.BOTH,
+            topic_filter="#",
+            priority=FAIL_CLOSED_PRIORITY,
+            username=username,
+            group=group,
         )
-        return None
 
 
 def _rules(rows: Any) -> tuple[AclRule, ...]:
-    rules = (rule_from_mapping(row) for row in rows)
-    return tuple(rule for rule in rules if rule is not None)
+    return tuple(rule_from_mapping(row) for row in rows)
 
 
 def _scram(username: str, text: str | None) -> ScramCredentials | None:

@@ -34,7 +34,7 @@ def write_chart(results: Sequence[RunResult], path: Path) -> Path:
         p99 = [p.lat_p99_us / 1000 if p.delivered else nan for p in result.intervals]
         latency.plot(times, avg, color=colour, label=f"{result.label} avg")
         latency.plot(times, p99, color=colour, linestyle="--", label=f"{result.label} p99")
-        rss = [p.broker_rss / (1 << 20) for p in result.intervals]
+        rss = [p.broker_rss / (1 << 20) if p.broker_rss else nan for p in result.intervals]
         memory.plot(times, rss, color=colour, label=result.label)
         delivered = [p.delivered / _interval(result) for p in result.intervals]
         rate.plot(times, delivered, color=colour, label=result.label)

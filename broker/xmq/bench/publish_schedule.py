@@ -4,6 +4,8 @@ The worker's publishers share one timer. Each tick sends every message whose tim
 round-robin over the publishers (message m goes to publisher m mod N), one write per publisher
 per tick, and re-arms for the next due message (at least ``min_tick_s`` later). A late tick
 sends its backlog at once and records how late the oldest message was (the client's send lag).
+The minimum tick is 1 ms: uvloop's timers have millisecond resolution and round shorter delays
+down to zero, which would spin the loop between closely spaced messages.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ class PublishSchedule:
         t0_ns: int,
         *,
         on_lag: Callable[[int], None] | None = None,
-        min_tick_s: float = 0.0005,
+        min_tick_s: float = 0.001,
     ) -> None:
         self.publishers = list(publishers)
         count = len(self.publishers)

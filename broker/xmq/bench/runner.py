@@ -10,7 +10,6 @@ arrived (or ``drain_s`` passes), then collects the final reports and does the ac
 from __future__ import annotations
 
 import contextlib
-import math
 import multiprocessing
 import resource
 import time
@@ -255,8 +254,8 @@ def _measure(
             if points:
                 progress(label, points[0])
         now = monotonic_ns()
-        if now < busy_end:
-            continue
+        if now < busy_end or now >= t0 + (boundary + 1) * interval_ns:
+            continue  # still busy, or a boundary to sample first
         if plan.kind != CONNECTIONS:
             expected = aggregator.sent_total() * plan.deliveries_per_message
             publishing_done = aggregator.sent_total() >= _planned_messages(plan)
@@ -264,11 +263,9 @@ def _measure(
             if not drained and now < hard_end:
                 continue
         # Stop at the next boundary so the last interval is whole and sampled.
-        stop_at = t0 + math.ceil((now - t0) / interval_ns) * interval_ns
-        _sleep_until(stop_at + int(0.02 * 1e9))
-        last = (stop_at - t0) // interval_ns
-        samplers.sample(last, final=True)
-        aggregator.last_index = last - 1
+        _sleep_until(t0 + (boundary + 1) * interval_ns + int(0.02 * 1e9))
+        samplers.sample(boundary + 1, final=True)
+        aggregator.last_index = boundary
         break
     workers.broadcast(Stop())
     return _collect_finals(workers, aggregator)

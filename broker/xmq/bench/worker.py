@@ -207,7 +207,7 @@ class WorkerProcess:
             for index in range(count):
                 due = start + int(index * 1e9 / rate) if rate > 0 else start
                 delay = due - monotonic_ns()
-                if delay > 0:
+                if delay >= 1_000_000:  # uvloop timers have 1 ms resolution: never spin
                     await asyncio.sleep(delay / 1e9)
                 await gate.acquire()
                 group.create_task(one(index))

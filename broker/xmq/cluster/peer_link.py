@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello
 
@@ -41,8 +41,7 @@ class PeerLink(asyncio.Protocol):
         self._scheduled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):

@@ -108,5 +108,5 @@ class RouteTable:
             return
         for client_id, subs in sessions.items():
             for durable in subs.values():
-                orphan = OrphanSub((node, epoch), durable.qos, durable.flags)
-                self.orphans.add(client_id, durable.topic_filter, orphan)
+                entry = OrphanSub((node, epoch), durable.qos, durable.flags)
+                self.orphans.add(client_id, durable.topic_filter, entry)

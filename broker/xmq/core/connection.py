@@ -64,6 +64,8 @@ log = logging.getLogger("xmq.connection")
 
 AWAIT_CONNECT, AUTHENTICATING, CONNECTED, CLOSED = range(4)
 _PINGRESP = b"\xd0\x00"
+# MQTT 3.1.1 has no CONNACK code for these: the connection is just closed.
+_CLOSE_SILENTLY_V311 = frozenset((ReasonCode.MALFORMED_PACKET, ReasonCode.PROTOCOL_ERROR))
 _ALLOW_ALL = AllowAll()
 
 
@@ -153,7 +155,9 @@ class ClientConnection:
             self.version = 4  # an unknown level is answered in the 3.1.1 format (code 0x01)
             self._refuse(ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, str(error))
         elif self.state == AWAIT_CONNECT:
-            self.version = MQTT_5 if self.version == 0 else self.version
+            # A CONNECT that failed after its protocol level was read is answered in that
+            # version's format (3.1.x: CONNACK with the mapped code); before that: closed.
+            self.version = error.protocol_version or 0
             self._refuse(error.reason_code, str(error))
         else:
             self.close_with(error.reason_code, str(error))
@@ -385,7 +389,7 @@ class ClientConnection:
                 props = Properties()
                 props.reason_string = reason
             self.link.write(encode(Connack(False, reason_code, props), MQTT_5))
-        elif self.version in (3, 4):
+        elif self.version in (3, 4) and reason_code not in _CLOSE_SILENTLY_V311:
             self.link.write(encode(Connack(False, connack_v311_code(reason_code)), self.version))
         self.state = CLOSED
         self.link.close()

@@ -116,6 +116,10 @@ class MqttClientProtocol(asyncio.Protocol):
         try:
             packets = self.reader.feed(data)
         except ProtocolError as error:
+            for packet in error.decoded:  # complete packets that came before the bad one
+                if self._closing:
+                    break
+                conn.handle(packet)
             conn.protocol_error(error)
             self._closing = True
             return

@@ -270,3 +270,18 @@ async def test_brute_force_guard(postgres_dsn: str, db: asyncpg.Connection) -> N
         assert (await store.authenticate(creds("ghost", b"x", "10.9.9.9:1"))).reason_code == 0x86
     finally:
         await store.close()
+
+
+async def test_invalid_stored_rule_fails_closed(
+    accounts: PostgresAccounts, db: asyncpg.Connection
+) -> None:
+    await admin.add_rule(db, AclRule(ALLOW, Action.BOTH, "users/%u/#"))
+    await db.execute(  # written around `xmq acl`: not a valid filter
+        "INSERT INTO xmq.acl_rules (username, permission, action, topic_filter) "
+        "VALUES ('alice', 'deny', 'publish', 'users/alice/#/x')"
+    )
+    alice = await accounts.acl_for(await accounts.authenticate(creds("alice", b"wonderland")), "c")
+    assert not alice.can_publish("users/alice/a", 0, False)
+    assert not alice.can_subscribe("users/alice/a", 0)
+    odd = await accounts.authenticate(creds(INJECTION, b"x' OR '1'='1"))
+    assert (await accounts.acl_for(odd, "c")).can_publish(f"users/{INJECTION}/a", 0, False)

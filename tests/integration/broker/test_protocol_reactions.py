@@ -23,6 +23,7 @@ from xmq.codec.packets import (
     SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
+from xmq.codec.writer import encode
 
 StartBroker = Callable[..., BrokerProcess]
 
@@ -240,3 +241,29 @@ def test_no_matching_subscribers_reason(broker: BrokerProcess, uid: str) -> None
         assert ack.reason_code == 0x10
     finally:
         raw.close()
+
+
+def test_malformed_mqtt311_connect_is_closed_without_connack(broker: BrokerProcess) -> None:
+    raw = RawClient(broker.port, version=4)
+    try:
+        # CONNECT 3.1.1 with the reserved flag bit set
+        raw.send(b"\x10\x0d\x00\x04MQTT\x04\x03\x00\x3c\x00\x01x")
+        assert raw.read_until_closed() == []
+    finally:
+        raw.close()
+
+
+def test_packets_before_a_malformed_one_are_processed(broker: BrokerProcess, uid: str) -> None:
+    sub = _connected(broker.port, f"{uid}-s")
+    pub = _connected(broker.port, f"{uid}-p")
+    try:
+        sub.send_packet(Subscribe(1, [SubscriptionRequest(f"{uid}/t", 0)]))
+        assert isinstance(sub.read_packet(), Suback)
+        good = Publish(f"{uid}/t", b"before", qos=0)
+        pub.send(encode(good, 5) + b"\x36\x06\x00\x01a\x00\x01\x00")  # then QoS 3: malformed
+        assert _closing_reason(pub) == 0x81
+        delivered = sub.read_packet()
+        assert isinstance(delivered, Publish) and delivered.payload == b"before"
+    finally:
+        sub.close()
+        pub.close()

@@ -7,6 +7,7 @@ from time import monotonic_ns
 from typing import cast
 
 import pytest
+import uvloop
 
 from xmq.bench.connection import BenchConnection, CounterSink
 from xmq.bench.histogram import bucket_index
@@ -210,3 +211,27 @@ async def test_disconnect_packets(protocol: int, expire: bool, packet: bytes) ->
     assert transport.closed
     (frame,) = FrameSplitter().feed(packet)
     assert frame.packet_type == 14
+
+
+class CountingSchedule(PublishSchedule):
+    ticks = 0
+
+    def tick(self) -> None:
+        self.ticks += 1
+        super().tick()
+
+
+def test_schedule_does_not_spin_uvloop_between_close_messages() -> None:
+    publishers = [RecordingPublisher() for _ in range(100)]
+
+    async def run() -> CountingSchedule:
+        schedule = CountingSchedule(publishers, 20.0, 10, t0_ns=monotonic_ns())
+        schedule.start()  # 2,000 msg/s for 0.5 s: a message every 0.5 ms
+        await asyncio.sleep(0.6)
+        schedule.stop()
+        return schedule
+
+    schedule = uvloop.run(run())
+    assert schedule.next_index == 1000
+    assert sum(sum(p.sends) for p in publishers) == 1000
+    assert schedule.ticks <= 700  # about one tick per millisecond, not a busy loop

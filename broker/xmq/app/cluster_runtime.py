@@ -1,0 +1,162 @@
+"""Wiring of the cluster adapters into one broker node (only when a Redis URL is configured).
+
+Redis (``xmq.store``: ownership claims, durable sessions, group-committed through one
+``RedisBatcher``) and the node links (``xmq.cluster``: membership, routes, forwarding) are
+independent adapters; this module connects both to the core's ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.membership import Membership
+from xmq.config import BrokerConfig
+from xmq.contract.keys import ClusterKeys, split_node_id
+from xmq.contract.pod import POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
+from xmq.core.broker import Broker
+from xmq.core.cluster_ports import NodeIdentity
+from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.redis_session_store import RedisSessionStore
+from xmq.store.session_directory import RedisSessionDirectory
+
+log = logging.getLogger("xmq.app.cluster")
+
+
+def redis_url_of(config: BrokerConfig) -> str | None:
+    """The cluster's Redis URL: ``cluster.redis_url``, else ``XMQ_REDIS_URL``, else None."""
+    return config.cluster.redis_url or os.environ.get(REDIS_URL_ENV) or None
+
+
+class ClusterRuntime:
+    """Membership, links, session directory and durable store of one node."""
+
+    def __init__(self, config: BrokerConfig, broker: Broker, redis_url: str) -> None:
+        self.config = config
+        self.broker = broker
+        cluster = config.cluster
+        self.keys = ClusterKeys(cluster.name)
+        self.identity = NodeIdentity(config.node_id, lease_ttl_s=cluster.lease_ttl_s)
+        timeout = max(0.5, cluster.lease_ttl_s / 5)
+        self.client = aioredis.Redis.from_url(
+            redis_url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        self.lease_client = aioredis.Redis.from_url(
+            redis_url, socket_timeout=timeout, socket_connect_timeout=timeout
+        )
+        self.batcher = RedisBatcher(self.client, timeout_s=max(1.0, cluster.lease_ttl_s / 3))
+        loop_clock = broker.now
+        self.store = RedisSessionStore(
+            self.batcher,
+            self.keys,
+            self.identity,
+            broker.sessions,
+            loop_clock,
+            config.persistence.max_queued_writes,
+        )
+        self.directory = RedisSessionDirectory(
+            self.batcher,
+            self.keys,
+            self.identity,
+            lambda client_id: client_id in broker.sessions,
+            loop_clock,
+        )
+        self.hub = ClusterHub(broker, self.identity, self.store)
+        self.membership: Membership | None = None
+        self._peers_task: asyncio.Task[None] | None = None
+        self.address = ""
+
+    async def start(self) -> str:
+        """Bind the link, join the cluster, wire the ports; return the link address."""
+        cluster = self.config.cluster
+        split_node_id(self.identity.node_id)  # refuse ids the contract cannot carry
+        port = await self.hub.listen(cluster.link_host, cluster.link_port)
+        host = cluster.advertise_host or os.environ.get(POD_IP_ENV) or cluster.link_host
+        self.address = f"{host}:{port}"
+        pod_name = split_node_id(self.identity.node_id)[0]
+        pod_uid = os.environ.get(POD_UID_ENV) or f"local-{os.getpid()}-{int(time.time())}"
+        self.membership = Membership(
+            self.lease_client,
+            self.keys,
+            self.identity,
+            pod_name,
+            pod_uid,
+            self.address,
+            cluster.lease_ttl_s,
+            self._offline,
+            self._online,
+        )
+        deadline = asyncio.get_running_loop().time() + 30
+        while True:
+            try:
+                await self.membership.join()
+                break
+            except (RedisError, OSError, TimeoutError) as error:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                log.warning("waiting for redis: %s", error)
+                await asyncio.sleep(0.5)
+        broker = self.broker
+        broker.identity = self.identity
+        broker.directory = self.directory
+        broker.cluster = self.hub
+        broker.store = self.store
+        self.membership.start()
+        await self._link_peers()
+        self._peers_task = asyncio.get_running_loop().create_task(
+            self._peer_loop(), name="cluster-peers"
+        )
+        return self.address
+
+    async def _link_peers(self) -> None:
+        assert self.membership is not None
+        try:
+            async with asyncio.timeout(2):
+                peers = await self.membership.live_members()
+        except (RedisError, OSError, TimeoutError):
+            return
+        self.membership.peers = peers
+        self.hub.connect_peers({node: lease.address for node, lease in peers.items()})
+
+    async def _peer_loop(self) -> None:
+        interval = min(1.0, self.config.cluster.lease_ttl_s / 5)
+        while True:
+            await asyncio.sleep(interval)
+            membership = self.membership
+            if membership is None:
+                continue
+            peers = membership.peers
+            self.hub.connect_peers({node: lease.address for node, lease in peers.items()})
+            for node, link in list(self.hub.links.items()):
+                lease = peers.get(node)
+                if lease is not None and lease.epoch > link.peer_epoch:
+                    link.close()  # a newer run of that node exists: this link is stale
+
+    def _offline(self) -> None:
+        log.error("node %s offline", self.identity.node_id)
+        self.hub.went_offline()
+
+    def _online(self) -> None:
+        log.warning("node %s back online (epoch %d)", self.identity.node_id, self.identity.epoch)
+        self.hub.close_links()  # links re-form with the new epoch
+
+    async def stop(self) -> None:
+        """Graceful stop: flush records, drop the lease (sessions become claimable at once)."""
+        if self._peers_task is not None:
+            self._peers_task.cancel()
+        try:
+            async with asyncio.timeout(5):
+                await self.batcher.flush()
+        except TimeoutError:
+            log.warning("durable records still unwritten at shutdown")
+        await self.hub.stop()
+        if self.membership is not None:
+            await self.membership.leave()
+        await self.client.aclose()
+        await self.lease_client.aclose()

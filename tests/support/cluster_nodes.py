@@ -1,0 +1,116 @@
+"""Start several real broker processes forming one cluster around a test Redis."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable
+
+from tests.support.broker_process import BrokerProcess
+from tests.support.paho_client import PahoClient
+from tests.support.redis_server import RedisServer
+
+LEASE_TTL_S = 2.0
+
+
+def node_yaml(redis_url: str, cluster: str, lease_ttl_s: float, max_queued_writes: int) -> str:
+    return (
+        "cluster:\n"
+        f"  redis_url: {redis_url}\n"
+        f"  name: {cluster}\n"
+        f"  lease_ttl_s: {lease_ttl_s}\n"
+        "  link_host: 127.0.0.1\n"
+        "  link_port: 0\n"
+        "persistence:\n"
+        f"  max_queued_writes: {max_queued_writes}\n"
+        "metrics:\n"
+        "  enabled: false\n"
+        "log:\n"
+        "  level: WARNING\n"
+    )
+
+
+class ClusterNodes:
+    """Broker processes ``node-1`` ... ``node-N`` of one cluster (index from 1)."""
+
+    def __init__(
+        self,
+        redis: RedisServer,
+        cluster: str,
+        lease_ttl_s: float = LEASE_TTL_S,
+        max_queued_writes: int = 0,
+    ) -> None:
+        self.redis = redis
+        self.cluster = cluster
+        self.lease_ttl_s = lease_ttl_s
+        self.max_queued_writes = max_queued_writes
+        self.nodes: dict[int, BrokerProcess] = {}
+        self._all: list[BrokerProcess] = []
+
+    def start(self, index: int) -> BrokerProcess:
+        yaml = node_yaml(self.redis.url, self.cluster, self.lease_ttl_s, self.max_queued_writes)
+        process = BrokerProcess(yaml, env={"XMQ_NODE_ID": f"node-{index}"})
+        self.nodes[index] = process
+        self._all.append(process)
+        return process
+
+    def start_many(self, count: int) -> None:
+        for index in range(1, count + 1):
+            self.start(index)
+        self.wait_linked(count)
+
+    def port(self, index: int) -> int:
+        return self.nodes[index].port
+
+    def wait_linked(self, count: int, timeout: float = 10.0) -> None:
+        """Wait until every running node holds a lease (links form within a second after)."""
+        client = self.redis.client()
+        try:
+            deadline = time.monotonic() + timeout
+            pattern = f"xmq:v1:{{{self.cluster}}}:node:lease:*"
+            while len(list(client.scan_iter(pattern))) < count:
+                if time.monotonic() > deadline:
+                    raise TimeoutError("nodes did not join")
+                time.sleep(0.05)
+        finally:
+            client.close()
+        time.sleep(1.5)
+
+    def kill(self, index: int) -> None:
+        self.nodes.pop(index).kill()
+
+    def stop_all(self) -> None:
+        for process in self._all:
+            process.stop()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def routed(sub_port: int, pub_port: int, topic: str, subscriber: PahoClient) -> None:
+    """Publish probes from ``pub_port`` until the subscriber sees one (routes have spread)."""
+    probe = PahoClient(pub_port, "")
+    probe.connect()
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            probe.publish(topic, b"probe", qos=0)
+            try:
+                subscriber.expect(1, timeout=0.2)
+                break
+            except (TimeoutError, queue.Empty):
+                if time.monotonic() > deadline:
+                    raise
+    finally:
+        probe.disconnect()
+    while True:  # drain late probes
+        try:
+            subscriber.expect_none(0.2)
+            return
+        except AssertionError:
+            continue

@@ -1,0 +1,110 @@
+"""A throw-away redis-server (Debian package) on a free loopback port, for integration tests.
+
+Generalises ``tests/unit/contract/redis_process.py``: the server can be paused (SIGSTOP, an
+outage that keeps the data) and resumed, and its command statistics read.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import redis
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A running redis-server process."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], host: str, port: int) -> None:
+        self.proc = proc
+        self.host = host
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.host}:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(host=self.host, port=self.port, socket_timeout=10)
+
+    def pause(self) -> None:
+        """SIGSTOP: Redis stops answering but keeps its data (an outage)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.proc.pid, signal.SIGCONT)
+
+    def command_calls(self) -> dict[str, int]:
+        """``INFO commandstats`` as command name -> calls."""
+        client = self.client()
+        try:
+            stats = client.info("commandstats")
+        finally:
+            client.close()
+        return {
+            name.removeprefix("cmdstat_"): int(value["calls"])
+            for name, value in stats.items()
+            if isinstance(value, dict)
+        }
+
+
+@contextmanager
+def running_redis(appendonly: bool = False) -> Iterator[RedisServer]:
+    """Start redis-server on loopback with a temp dir; stop it afterwards."""
+    binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not os.path.exists(binary):
+        pytest.fail("redis-server is not installed: run scripts/setup-system")
+    with tempfile.TemporaryDirectory(prefix="xmq-redis-") as data_dir:
+        port = free_port()
+        args = [
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if appendonly else "no",
+            "--dir",
+            data_dir,
+        ]
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = RedisServer(proc, "127.0.0.1", port)
+        try:
+            deadline = time.monotonic() + 10
+            client = server.client()
+            while True:
+                try:
+                    client.ping()
+                    break
+                except redis.ConnectionError:
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.05)
+            client.close()
+            yield server
+        finally:
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
