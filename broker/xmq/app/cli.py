@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from xmq import __version__
+from xmq.app.accounts_cli import add_accounts_commands
 from xmq.config import BrokerConfig, ListenerConfig, load_config
 
 
@@ -45,6 +46,7 @@ def _parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "bench", help="run a benchmark scenario (see xmq bench --help)", add_help=False
     )
+    add_accounts_commands(commands)  # db, users, groups, acl (PostgreSQL account store)
     return parser
 
 
@@ -91,6 +93,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return bench_main(args_list[1:])
     args = _parser().parse_args(args_list)
+    handler = getattr(args, "func", None)
+    if handler is not None:
+        result: int = handler(args)
+        return result
     try:
         if args.command == "check-config":
             load_config(args.file)

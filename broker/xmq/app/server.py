@@ -11,9 +11,16 @@ from xmq import __version__
 from xmq.app.cluster_runtime import ClusterRuntime, redis_url_of
 from xmq.app.node_endpoint import NodeEndpoint
 from xmq.auth.file_accounts import FileAccounts
+from xmq.auth.postgres_accounts import PostgresAccounts, PostgresAccountsConfig
 from xmq.codec.reason_codes import ReasonCode
 from xmq.config import BrokerConfig
-from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator, Authenticator, Authorizer
+from xmq.core.auth_ports import (
+    AllowAll,
+    AnonymousAuthenticator,
+    Authenticator,
+    AuthEvents,
+    Authorizer,
+)
 from xmq.core.broker import Broker
 from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
@@ -55,12 +62,27 @@ def core_settings(config: BrokerConfig) -> CoreSettings:
     )
 
 
-def build_auth(config: BrokerConfig) -> tuple[Authenticator, Authorizer]:
-    """Accounts file when configured (passwords and SCRAM-SHA-256), else anonymous access."""
-    if config.auth.accounts_file is not None:
-        accounts = FileAccounts.load(config.auth.accounts_file)
-        return accounts, accounts
-    return AnonymousAuthenticator(config.auth.allow_anonymous), AllowAll()
+def build_auth(
+    config: BrokerConfig, events: AuthEvents
+) -> tuple[Authenticator, Authorizer, PostgresAccounts | None]:
+    """PostgreSQL when a DSN is configured, else the accounts file, else anonymous access."""
+    auth = config.auth
+    if auth.postgres_dsn is not None:
+        store = PostgresAccounts(
+            PostgresAccountsConfig(
+                auth.postgres_dsn,
+                cache_ttl=auth.cache_ttl_s,
+                allow_anonymous=auth.allow_anonymous,
+                acl_no_match_allows=auth.acl_no_match == "allow",
+                migrate=auth.migrate_on_start,
+            ),
+            events,
+        )
+        return store, store, store
+    if auth.accounts_file is not None:
+        accounts = FileAccounts.load(auth.accounts_file)
+        return accounts, accounts, None
+    return AnonymousAuthenticator(auth.allow_anonymous), AllowAll(), None
 
 
 class BrokerNode:
@@ -69,7 +91,7 @@ class BrokerNode:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker = Broker(core_settings(config))
-        authenticator, authorizer = build_auth(config)
+        authenticator, authorizer, self.account_store = build_auth(config, self.broker)
         self.listeners = ListenerSet(
             self.broker,
             authenticator,
@@ -87,6 +109,8 @@ class BrokerNode:
         )
 
     async def start(self) -> None:
+        if self.account_store is not None:  # a database that is down is retried by the store
+            await self.account_store.start()
         if self.cluster is not None:  # join the cluster before accepting clients
             address = await self.cluster.start()
             identity = self.cluster.identity
@@ -140,6 +164,8 @@ class BrokerNode:
                 client.abort()
         if self.cluster is not None:
             await self.cluster.stop()
+        if self.account_store is not None:
+            await self.account_store.close()
         await self.endpoint.stop()
 
     def reload(self) -> None:

@@ -128,6 +128,7 @@ class PostgresAccounts:
             max_size=self.config.pool_max,
             timeout=self.config.connect_timeout,
             command_timeout=self.config.command_timeout,
+            server_settings={"application_name": "xmq-accounts"},
         )
         if self.config.migrate:
             try:

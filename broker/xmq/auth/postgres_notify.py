@@ -21,6 +21,7 @@ from xmq.core.auth_ports import AUTH_NOT_AUTHORIZED, AuthEvents
 
 logger = logging.getLogger(__name__)
 
+LISTENER_APPLICATION_NAME: Final = "xmq-accounts-listener"
 _ERRORS: Final = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
@@ -127,7 +128,11 @@ class AccountsListener:
         while True:
             conn: asyncpg.Connection | None = None
             try:
-                conn = await asyncpg.connect(self._dsn, timeout=self._connect_timeout)
+                conn = await asyncpg.connect(
+                    self._dsn,
+                    timeout=self._connect_timeout,
+                    server_settings={"application_name": LISTENER_APPLICATION_NAME},
+                )
                 await conn.add_listener(NOTIFY_CHANNEL, self._on_notify)
                 self.connected = True
                 self.connects += 1

@@ -227,6 +227,20 @@ class AuthConfig(Section):
     accounts_file: Path | None = Field(
         default=None, description="YAML accounts file (verifiers, never clear text)."
     )
+    postgres_dsn: str | None = Field(
+        default=None,
+        description="PostgreSQL DSN of the account store (accounts, groups, ACL rules); "
+        "takes precedence over accounts_file.",
+    )
+    migrate_on_start: bool = Field(
+        default=False, description="Apply the account schema migrations at start."
+    )
+    acl_no_match: Literal["allow", "deny"] = Field(
+        default="deny", description="Decision when no ACL rule matches (PostgreSQL store)."
+    )
+    cache_ttl_s: float = Field(
+        default=300.0, gt=0, description="Seconds an account and its rules stay cached."
+    )
 
 
 class SysConfig(Section):

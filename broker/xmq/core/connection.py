@@ -165,6 +165,16 @@ class ClientConnection:
     def touch(self, now: float) -> None:
         self.last_seen = now
 
+    def on_pubacks(self, packet_ids: list[int]) -> None:
+        """Plain PUBACKs recognised in bulk by the adapter (see codec.puback_batch)."""
+        session = self.session
+        if session is None:
+            return
+        now = self.broker.now()
+        acknowledge = session.acknowledge
+        for packet_id in packet_ids:
+            acknowledge(packet_id, now)
+
     # -- CONNECT and authentication ---------------------------------------------------------
 
     def _on_connect(self, connect: Connect) -> None:
@@ -241,6 +251,9 @@ class ClientConnection:
         if connect is None:  # re-authentication of a connected client
             if code != 0:
                 self.close_with(code, decision.reason_string or "re-authentication failed")
+                return
+            if decision.username != self.username:
+                self.close_with(ReasonCode.NOT_AUTHORIZED, "re-authentication as another user")
                 return
             self.link.write(encode(Auth(ReasonCode.SUCCESS, props), MQTT_5))
             self.username = decision.username
@@ -414,6 +427,8 @@ class ClientConnection:
         if self.state != CONNECTED:
             self._refuse(reason_code, reason)
             return
+        closed = self.broker.stats.disconnects_by_reason
+        closed[reason_code] = closed.get(reason_code, 0) + 1
         if log.isEnabledFor(logging.INFO):
             log.info(
                 "closing %s (%s): 0x%02X %s", self.link.peer, self.client_id, reason_code, reason

@@ -13,6 +13,7 @@ class BrokerStats:
         "clients_maximum",
         "connects_refused",
         "connects_total",
+        "disconnects_by_reason",
         "messages_dropped",
         "messages_expired",
         "messages_received",
@@ -37,3 +38,5 @@ class BrokerStats:
         self.queued_bytes = 0
         self.refused_by_reason: dict[int, int] = {}
         """CONNACK refusals by reason code (0x86/0x87: authentication, 0x97: quota, ...)."""
+        self.disconnects_by_reason: dict[int, int] = {}
+        """Connections the server closed, by DISCONNECT reason (0x8D keep alive, 0x90 ...)."""

@@ -16,10 +16,11 @@ from collections.abc import Callable
 from typing import cast
 
 from xmq.codec.errors import ProtocolError
+from xmq.codec.puback_batch import plain_puback_ids
 from xmq.codec.reader import PacketReader
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
-from xmq.core.connection import ClientConnection
+from xmq.core.connection import CONNECTED, ClientConnection
 
 log = logging.getLogger("xmq.net")
 
@@ -113,6 +114,11 @@ class MqttClientProtocol(asyncio.Protocol):
         conn = self.conn
         conn.last_seen = self._clock()
         self._stats.bytes_received += len(data)
+        if data[0] == 0x40 and conn.state == CONNECTED and not self.reader.buffered:
+            acked = plain_puback_ids(data)  # the common read of a fan-out subscriber
+            if acked is not None:
+                conn.on_pubacks(acked)
+                return
         try:
             packets = self.reader.feed(data)
         except ProtocolError as error:

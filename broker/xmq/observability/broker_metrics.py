@@ -87,6 +87,14 @@ class BrokerCollector(Collector):
             if code in AUTH_FAILURE_CODES:
                 auth_failures += count
         yield refused
+        closed = CounterMetricFamily(
+            "xmq_disconnects",
+            "Connections closed by the server, by DISCONNECT reason (limits, keep alive, ...).",
+            labels=["reason"],
+        )
+        for code, count in sorted(stats.disconnects_by_reason.items()):
+            closed.add_metric([reason_name(code)], count)
+        yield closed
         yield _counter("xmq_auth_failures", "Refused authentications.", auth_failures)
         yield _counter(
             "xmq_messages_received", "PUBLISH packets received.", stats.messages_received

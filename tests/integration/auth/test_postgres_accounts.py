@@ -285,3 +285,20 @@ async def test_invalid_stored_rule_fails_closed(
     assert not alice.can_subscribe("users/alice/a", 0)
     odd = await accounts.authenticate(creds(INJECTION, b"x' OR '1'='1"))
     assert (await accounts.acl_for(odd, "c")).can_publish(f"users/{INJECTION}/a", 0, False)
+
+
+async def test_listener_reconnects_and_resynchronises(
+    accounts: PostgresAccounts, db: asyncpg.Connection, events: RecordingEvents
+) -> None:
+    assert (await accounts.authenticate(creds("alice", b"wonderland"))).ok
+    listener = accounts._listener
+    assert listener is not None and listener.connects == 1
+    terminated = await db.fetchval(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE application_name = 'xmq-accounts-listener'"
+    )
+    assert terminated == 1
+    # Changed while nobody listens: the resynchronisation must find it.
+    await db.execute("UPDATE xmq.accounts SET enabled = false WHERE username = 'alice'")
+    await events.wait_for(lambda: listener.connects >= 2 and None in events.changed, within=15)
+    await events.wait_for(lambda: ("alice", 0x87) in events.revoked, within=1)

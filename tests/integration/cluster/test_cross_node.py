@@ -12,6 +12,7 @@ from paho.mqtt.packettypes import PacketTypes
 from tests.support.cluster_nodes import ClusterNodes, routed
 from tests.support.paho_client import PahoClient, props
 from tests.support.redis_server import RedisServer
+from xmq.contract import SessionOwner
 
 PAIRS = list(itertools.permutations((1, 2, 3), 2))
 
@@ -70,9 +71,7 @@ def test_one_copy_per_node_however_many_subscribers(three_nodes: ClusterNodes, u
             client.disconnect()
 
 
-def test_shared_subscription_exactly_once_across_nodes(
-    three_nodes: ClusterNodes, uid: str
-) -> None:
+def test_shared_subscription_exactly_once_across_nodes(three_nodes: ClusterNodes, uid: str) -> None:
     members = []
     for node in (2, 3):
         client = PahoClient(three_nodes.port(node), f"{uid}-m{node}")
@@ -152,8 +151,9 @@ def test_concurrent_connects_leave_one_owner(
         owner = redis.get(f"xmq:v1:{{three}}:session:owner:{client_id}")
     finally:
         redis.close()
-    assert owner is not None
-    owner_node = int(owner.decode().split('"node_id":"node-')[1].split('"')[0])
+    assert isinstance(owner, bytes)
+    record = SessionOwner.from_json(owner)
+    owner_node = int(record.node_id.removeprefix("node-"))
     assert connected[0].port == three_nodes.port(owner_node)
     for client in clients:
         client.close()
