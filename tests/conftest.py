@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from collections.abc import Callable, Iterator
 
+import asyncpg
 import pytest
 
 from tests.support.broker_process import BrokerProcess
+from tests.support.postgres import PostgresServer
 
 _ids = itertools.count()
 
@@ -42,3 +45,34 @@ def start_broker() -> Iterator[Callable[..., BrokerProcess]]:
 def uid() -> str:
     """A string unique to this test, for client ids and topics."""
     return f"t{os.getpid()}x{next(_ids)}"
+
+
+# -- PostgreSQL: one real server per test session, a fresh database per test -------------------
+
+_database_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    server = PostgresServer.create()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.cleanup()
+
+
+async def _create_database(admin_dsn: str, name: str) -> None:
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_server: PostgresServer) -> str:
+    """The DSN of an empty database of its own."""
+    name = f"xmq_test_{next(_database_numbers)}"
+    asyncio.run(_create_database(postgres_server.dsn("postgres"), name))
+    return postgres_server.dsn(name)
