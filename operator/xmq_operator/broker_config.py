@@ -10,7 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from xmq.config import BrokerConfig, ListenerConfig
+from xmq.config import BrokerConfig
 from xmq.contract import InvalidNameError, validate_cluster_name
 from xmq.contract import pod as pod_contract
 from xmq_operator.naming import ClusterNames
@@ -18,8 +18,6 @@ from xmq_operator.spec import ClusterSpec
 
 HOT_RELOADABLE_SECTIONS = frozenset({"log"})
 """Top-level config sections the broker applies without a restart: not part of the roll hash."""
-
-_CERT_FIELDS = (("certfile", "keyfile"), ("cert_file", "key_file"))
 
 
 class InvalidBrokerConfigError(ValueError):
@@ -37,34 +35,40 @@ def redis_cluster_name(spec: ClusterSpec, names: ClusterNames) -> str:
         raise InvalidBrokerConfigError(str(exc)) from exc
 
 
-def _listener_fields() -> frozenset[str]:
-    return frozenset(ListenerConfig.model_fields)
-
-
 def _listeners(spec: ClusterSpec) -> list[dict[str, Any]]:
     listeners: list[dict[str, Any]] = [
         {"name": "mqtt", "protocol": "tcp", "port": spec.listeners.mqtt.port}
     ]
     if spec.listeners.tls.enabled:
-        tls: dict[str, Any] = {"name": "mqtts", "protocol": "tls", "port": spec.listeners.tls.port}
-        fields = _listener_fields()
-        for cert, key in _CERT_FIELDS:
-            if cert in fields and key in fields:
-                tls[cert] = f"{pod_contract.TLS_DIR}/tls.crt"
-                tls[key] = f"{pod_contract.TLS_DIR}/tls.key"
-                break
-        listeners.append(tls)
+        listeners.append(
+            {
+                "name": "mqtts",
+                "protocol": "tls",
+                "port": spec.listeners.tls.port,
+                "tls": {
+                    "cert_file": f"{pod_contract.TLS_DIR}/tls.crt",
+                    "key_file": f"{pod_contract.TLS_DIR}/tls.key",
+                },
+            }
+        )
     return listeners
 
 
-def build_broker_config(spec: ClusterSpec) -> dict[str, Any]:
-    """``spec.config`` completed with the listeners the XmqCluster declares.
+def build_broker_config(spec: ClusterSpec, cluster_name: str) -> dict[str, Any]:
+    """``spec.config`` completed with what the XmqCluster declares.
 
-    The user's own ``listeners`` win; pod identity, Redis URL and PostgreSQL DSN reach the
-    broker through environment variables (see :mod:`xmq.contract.pod`), never this file.
+    The user's own ``listeners`` win. The operator sets ``cluster.name`` (unless given),
+    binds the node link on every interface at the contract's port, and leaves the Redis URL,
+    PostgreSQL DSN and pod identity to environment variables (see :mod:`xmq.contract.pod`).
     """
     config = copy.deepcopy(spec.config)
     config.setdefault("listeners", _listeners(spec))
+    section = config.get("cluster")
+    cluster: dict[str, Any] = dict(section) if isinstance(section, dict) else {}
+    cluster.setdefault("name", cluster_name)
+    cluster.setdefault("link_host", "0.0.0.0")
+    cluster["link_port"] = pod_contract.CLUSTER_LINK_PORT
+    config["cluster"] = cluster
     return config
 
 

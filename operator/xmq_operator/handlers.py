@@ -70,6 +70,15 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     memo["xmq_state"] = OperatorState(kube, redis_pool, reconciler, DeadPodCleaner(reconciler))
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else the kubeconfig named by KUBECONFIG (read now)."""
+    info: kopf.ConnectionInfo | None = kopf.login_with_service_account(
+        **kwargs
+    ) or kopf.login_with_kubeconfig(**kwargs)
+    return info
+
+
 @kopf.on.cleanup()
 def shutdown(memo: Any, **_: Any) -> None:
     state = memo.get("xmq_state") if isinstance(memo, Mapping) else None

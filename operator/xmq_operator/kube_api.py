@@ -7,6 +7,7 @@ server-side apply, so re-applying an unchanged manifest changes nothing.
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -51,7 +52,8 @@ def load_configuration() -> None:
     try:
         k8s_config.load_incluster_config()  # type: ignore[no-untyped-call]
     except k8s_config.ConfigException:
-        k8s_config.load_kube_config()  # type: ignore[no-untyped-call]
+        # KUBECONFIG is read now, not when the kubernetes package was imported.
+        k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG"))  # type: ignore[no-untyped-call]
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:

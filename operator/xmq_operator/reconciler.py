@@ -87,7 +87,7 @@ def render(body: dict[str, Any], spec: ClusterSpec) -> Desired:
     names = ClusterNames(metadata["name"], metadata["namespace"])
     labels = names.labels(image_version(spec.image))
     cluster_name = redis_cluster_name(spec, names)
-    config = build_broker_config(spec)
+    config = build_broker_config(spec, cluster_name)
     validate_broker_config(config)
     config_hash = restart_hash(config)
     restarted_at = (metadata.get("annotations") or {}).get(RESTART_ANNOTATION)
@@ -95,7 +95,6 @@ def render(body: dict[str, Any], spec: ClusterSpec) -> Desired:
         spec,
         names,
         labels,
-        cluster_name=cluster_name,
         config_hash=config_hash,
         restarted_at=restarted_at,
     )

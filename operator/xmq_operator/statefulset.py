@@ -30,14 +30,14 @@ def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
-def _env(spec: ClusterSpec, cluster_name: str) -> list[dict[str, Any]]:
+def _env(spec: ClusterSpec) -> list[dict[str, Any]]:
     env = [
         _field_env(pod_contract.POD_NAME_ENV, "metadata.name"),
         _field_env(pod_contract.POD_UID_ENV, "metadata.uid"),
         _field_env(pod_contract.POD_NAMESPACE_ENV, "metadata.namespace"),
         _field_env(pod_contract.POD_IP_ENV, "status.podIP"),
         {"name": pod_contract.CONFIG_FILE_ENV, "value": pod_contract.CONFIG_PATH},
-        {"name": pod_contract.CLUSTER_NAME_ENV, "value": cluster_name},
+        {"name": pod_contract.NODE_ID_ENV, "value": f"$({pod_contract.POD_NAME_ENV})-0"},
         {"name": pod_contract.WORKERS_ENV, "value": str(spec.workers)},
         _secret_env(
             pod_contract.REDIS_URL_ENV, spec.redis.secret_ref.name, spec.redis.secret_ref.key
@@ -69,7 +69,7 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _container(spec: ClusterSpec, cluster_name: str) -> dict[str, Any]:
+def _container(spec: ClusterSpec) -> dict[str, Any]:
     mounts = [{"name": "config", "mountPath": pod_contract.CONFIG_DIR, "readOnly": True}]
     if spec.listeners.tls.enabled:
         mounts.append({"name": "tls", "mountPath": pod_contract.TLS_DIR, "readOnly": True})
@@ -78,7 +78,7 @@ def _container(spec: ClusterSpec, cluster_name: str) -> dict[str, Any]:
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": list(pod_contract.BROKER_COMMAND),
-        "env": _env(spec, cluster_name),
+        "env": _env(spec),
         "ports": _ports(spec),
         "volumeMounts": mounts,
         "startupProbe": _probe(pod_contract.LIVENESS_PATH, 2, 60),
@@ -148,7 +148,6 @@ def pod_template(
     names: ClusterNames,
     labels: dict[str, str],
     *,
-    cluster_name: str,
     config_hash: str,
     restarted_at: str | None,
 ) -> dict[str, Any]:
@@ -157,7 +156,7 @@ def pod_template(
     if restarted_at:
         annotations[RESTART_ANNOTATION] = restarted_at
     pod_spec: dict[str, Any] = {
-        "containers": [_container(spec, cluster_name)],
+        "containers": [_container(spec)],
         "affinity": _affinity(spec, names),
         "terminationGracePeriodSeconds": (
             spec.update_strategy.drain_timeout_seconds + GRACE_MARGIN_SECONDS

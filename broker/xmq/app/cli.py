@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -10,7 +11,9 @@ from pydantic import ValidationError
 
 from xmq import __version__
 from xmq.app.accounts_cli import add_accounts_commands
+from xmq.app.cluster_cli import add_cluster_commands
 from xmq.config import BrokerConfig, ListenerConfig, load_config
+from xmq.contract.pod import CONFIG_FILE_ENV, HEALTH_PORT
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,9 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     drain.add_argument(
         "--url",
-        default="http://127.0.0.1:9884",
-        help="the node's metrics/admin endpoint (default: %(default)s)",
+        help="the node's metrics/admin endpoint (default: 127.0.0.1 and metrics.port of "
+        f"--config or ${CONFIG_FILE_ENV}, else port {HEALTH_PORT})",
     )
+    drain.add_argument("-c", "--config", help="YAML configuration file of the node")
     drain.add_argument(
         "--server-reference", help="Server Reference sent with DISCONNECT 0x9C (host:port)"
     )
@@ -47,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
         "bench", help="run a benchmark scenario (see xmq bench --help)", add_help=False
     )
     add_accounts_commands(commands)  # db, users, groups, acl (PostgreSQL account store)
+    add_cluster_commands(commands)  # cluster up, cluster status
     return parser
 
 
@@ -54,6 +59,15 @@ def _config_error(error: ValidationError) -> str:
     from xmq.config.reference_doc import describe_errors
 
     return "invalid configuration:\n" + "\n".join(f"  {line}" for line in describe_errors(error))
+
+
+def _admin_url(config_path: str | None) -> str:
+    """The local node's admin endpoint, from its config file (the pod's preStop hook)."""
+    path = config_path or os.environ.get(CONFIG_FILE_ENV)
+    port = HEALTH_PORT
+    if path and os.path.isfile(path):
+        port = load_config(path).metrics.port
+    return f"http://127.0.0.1:{port}"
 
 
 def _drain(url: str, server_reference: str | None) -> int:
@@ -113,11 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.write(text)
             return 0
         if args.command == "drain":
-            return _drain(args.url, args.server_reference)
+            return _drain(args.url or _admin_url(args.config), args.server_reference)
         if args.command == "serve":
             from xmq.app.server import serve
 
-            return serve(_load(args.config, args.host, args.port))
+            return serve(_load(args.config, args.host, args.port), args.config)
     except ValidationError as error:
         print(_config_error(error), file=sys.stderr)
         return 2

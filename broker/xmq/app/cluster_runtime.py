@@ -43,14 +43,11 @@ class ClusterRuntime:
         cluster = config.cluster
         self.keys = ClusterKeys(cluster.name)
         self.identity = NodeIdentity(config.node_id, lease_ttl_s=cluster.lease_ttl_s)
-        timeout = max(0.5, cluster.lease_ttl_s / 5)
-        self.client = aioredis.Redis.from_url(
-            redis_url, socket_timeout=timeout, socket_connect_timeout=timeout
-        )
+        timeout = max(0.5, cluster.lease_ttl_s / 3)  # a busy loop reads replies late
         self.lease_client = aioredis.Redis.from_url(
             redis_url, socket_timeout=timeout, socket_connect_timeout=timeout
         )
-        self.batcher = RedisBatcher(self.client, timeout_s=max(1.0, cluster.lease_ttl_s / 3))
+        self.batcher = RedisBatcher(redis_url, timeout_s=max(1.0, cluster.lease_ttl_s / 3))
         loop_clock = broker.now
         self.store = RedisSessionStore(
             self.batcher,
@@ -96,6 +93,7 @@ class ClusterRuntime:
         while True:
             try:
                 await self.membership.join()
+                await self.batcher.start()
                 break
             except (RedisError, OSError, TimeoutError) as error:
                 if asyncio.get_running_loop().time() > deadline:
@@ -158,5 +156,14 @@ class ClusterRuntime:
         await self.hub.stop()
         if self.membership is not None:
             await self.membership.leave()
-        await self.client.aclose()
+        batcher = self.batcher
+        log.info(
+            "redis batcher: %d pipelines, %d commands, %d claims, %d records, %d failures",
+            batcher.pipelines,
+            batcher.commands,
+            self.directory.claims,
+            self.store.records,
+            batcher.failures,
+        )
+        await self.batcher.close()
         await self.lease_client.aclose()

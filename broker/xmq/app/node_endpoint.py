@@ -10,18 +10,49 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 from xmq.config import MetricsConfig
 from xmq.core.broker import Broker
 from xmq.net.listeners import ListenerSet
 from xmq.observability.broker_metrics import BrokerCollector, LabelledSource, build_registry
 from xmq.observability.http_endpoint import ObservabilityEndpoint
-from xmq.observability.readiness import LoopLagMonitor, ReadinessChecks
+from xmq.observability.readiness import LoopLagMonitor, ReadinessCheck, ReadinessChecks
 
 log = logging.getLogger("xmq.app")
 
 DrainAction = Callable[[str | None], Awaitable[int]]
 """Starts a drain with an optional Server Reference; returns the clients disconnected."""
+
+
+class CheckableStore(Protocol):
+    async def check_ready(self) -> bool: ...
+
+
+def database_check(store: CheckableStore, name: str) -> ReadinessCheck:
+    """Ready while one trivial query succeeds (PostgreSQL account store)."""
+
+    async def check() -> str | None:
+        return None if await store.check_ready() else f"{name} unreachable"
+
+    return check
+
+
+def cluster_member_check(
+    is_online: Callable[[], bool], ping: Callable[[], Awaitable[Any]]
+) -> ReadinessCheck:
+    """Ready while this node holds its lease (online) and Redis answers a PING."""
+
+    async def check() -> str | None:
+        if not is_online():
+            return "cluster member offline (lease not held)"
+        try:
+            await ping()
+        except Exception as error:  # any Redis failure means "not ready"
+            return f"redis: {type(error).__name__}: {error}"
+        return None
+
+    return check
 
 
 class NodeEndpoint:
@@ -50,6 +81,13 @@ class NodeEndpoint:
                 "Times a client was slowed down by its listener's publish rate.",
                 "listener",
                 listeners.throttled_by_listener,
+                kind="counter",
+            ),
+            LabelledSource(
+                "xmq_connect_timeouts",
+                "Connections dropped for not sending CONNECT in time, per listener.",
+                "listener",
+                listeners.connect_timeouts_by_listener,
                 kind="counter",
             ),
             LabelledSource(

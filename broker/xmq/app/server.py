@@ -5,15 +5,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-import sys
+
+from pydantic import ValidationError
 
 from xmq import __version__
 from xmq.app.cluster_runtime import ClusterRuntime, redis_url_of
-from xmq.app.node_endpoint import NodeEndpoint
+from xmq.app.node_endpoint import NodeEndpoint, cluster_member_check, database_check
 from xmq.auth.file_accounts import FileAccounts
 from xmq.auth.postgres_accounts import PostgresAccounts, PostgresAccountsConfig
 from xmq.codec.reason_codes import ReasonCode
-from xmq.config import BrokerConfig
+from xmq.config import BrokerConfig, load_config
 from xmq.core.auth_ports import (
     AllowAll,
     AnonymousAuthenticator,
@@ -26,6 +27,7 @@ from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
 from xmq.core.sys_topics import SysPublisher
 from xmq.net.listeners import ListenerSet
+from xmq.observability.log_format import apply_logging
 from xmq.protocol.connect_terms import ServerLimits
 
 log = logging.getLogger("xmq.app")
@@ -107,6 +109,16 @@ class BrokerNode:
         self.endpoint = NodeEndpoint(
             config.metrics, self.broker, self.listeners, lambda: self.draining, self.drain
         )
+        if self.account_store is not None:
+            self.endpoint.readiness.add(
+                "postgresql", database_check(self.account_store, "postgresql")
+            )
+        if self.cluster is not None:
+            cluster = self.cluster
+            self.endpoint.readiness.add(
+                "cluster",
+                cluster_member_check(lambda: cluster.identity.online, cluster.lease_client.ping),
+            )
 
     async def start(self) -> None:
         if self.account_store is not None:  # a database that is down is retried by the store
@@ -136,13 +148,20 @@ class BrokerNode:
         self.draining = True
         self.listeners.stop_accepting()
         reference = server_reference or self.config.shutdown.server_reference
+        log.info("draining (server reference %s)", reference)
+        return self._disconnect_all(reference, "draining")
+
+    def _disconnect_all(self, reference: str | None, reason: str) -> int:
+        """DISCONNECT every client (0x9C + reference, else 0x8B); refuse CONNECTs in progress."""
         connections = list(self.broker.connections)
-        log.info("draining %d clients (server reference %s)", len(connections), reference)
         for conn in connections:
             if reference:
-                conn.close_with(ReasonCode.USE_ANOTHER_SERVER, "draining", reference)
+                conn.close_with(ReasonCode.USE_ANOTHER_SERVER, reason, reference)
             else:
-                conn.close_with(ReasonCode.SERVER_SHUTTING_DOWN, "draining")
+                conn.close_with(ReasonCode.SERVER_SHUTTING_DOWN, reason)
+        for client in list(self.listeners.clients):  # still authenticating: CONNACK 0x88
+            if client.conn not in self.broker.connections:
+                client.conn.close_with(ReasonCode.SERVER_UNAVAILABLE, reason)
         return len(connections)
 
     async def shutdown(self, grace_s: float | None = None) -> None:
@@ -152,11 +171,7 @@ class BrokerNode:
         self.listeners.stop_accepting()
         self.sys.stop()
         reference = self.config.shutdown.server_reference if self.draining else None
-        for conn in list(self.broker.connections):
-            if reference:
-                conn.close_with(ReasonCode.USE_ANOTHER_SERVER, "draining", reference)
-            else:
-                conn.close_with(ReasonCode.SERVER_SHUTTING_DOWN, "server shutting down")
+        self._disconnect_all(reference, "draining" if reference else "server shutting down")
         try:
             await asyncio.wait_for(self.listeners.idle.wait(), grace_s)
         except TimeoutError:
@@ -168,10 +183,22 @@ class BrokerNode:
             await self.account_store.close()
         await self.endpoint.stop()
 
+    config_path: str | None = None
+    """The YAML file the node was started with (re-read on SIGHUP for the log settings)."""
+
     def reload(self) -> None:
-        """SIGHUP: reload TLS certificates now."""
+        """SIGHUP: reload TLS certificates now; re-read the log level and format."""
         count = self.listeners.reload_certificates()
         log.info("SIGHUP: %d certificate contexts reloaded", count)
+        if self.config_path is None:
+            return
+        try:
+            fresh = load_config(self.config_path)
+        except (ValidationError, OSError) as error:
+            log.error("SIGHUP: %s not reloaded: %s", self.config_path, error)
+            return
+        apply_logging(fresh.log.level, fresh.log.json_format)
+        log.warning("SIGHUP: log level %s, json %s", fresh.log.level, fresh.log.json_format)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -185,25 +212,22 @@ class BrokerNode:
 
 
 def configure_logging(config: BrokerConfig) -> None:
-    logging.basicConfig(
-        level=config.log.level,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    apply_logging(config.log.level, config.log.json_format)
 
 
-def serve(config: BrokerConfig) -> int:
+def serve(config: BrokerConfig, config_path: str | None = None) -> int:
     """Run one broker node until SIGTERM/SIGINT."""
     configure_logging(config)
     if config.use_uvloop:
         import uvloop
 
         uvloop.install()
-    node_coro = _run_node(config)
+    node_coro = _run_node(config, config_path)
     asyncio.run(node_coro)
     return 0
 
 
-async def _run_node(config: BrokerConfig) -> None:
+async def _run_node(config: BrokerConfig, config_path: str | None = None) -> None:
     node = BrokerNode(config)
+    node.config_path = config_path
     await node.run()

@@ -29,7 +29,7 @@ from xmq.bench.scenarios import (
 from xmq.bench.steps import ladder_verdicts, rate_ladder_summary
 
 SCENARIOS = ("fanout", "p2p", "fanin", "connections", "persistence")
-LATER = ("migration", "survivability")
+LATER = ("survivability",)
 
 
 def _rates(text: str) -> list[float]:
@@ -138,6 +138,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma list of rates: report held / knee / saturated",
     )
     _common(p)
+    p = sub.add_parser("migration", help="kill -9 a persistent session's node, reconnect elsewhere")
+    p.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        required=True,
+        help="cluster nodes A (publisher), B (live subscriber), C (killed), D (reconnect)",
+    )
+    p.add_argument("--victim-pid", type=int, default=None, help="node C's PID (default: lookup)")
+    p.add_argument("--messages", type=int, default=2000)
+    p.add_argument("--rate", type=float, default=100.0, help="messages/s")
+    p.add_argument("--reconnect-after", type=float, default=3.0, help="seconds after the kill")
+    p.add_argument("--mqtt", choices=("5", "3.1.1"), default="5")
+    p.add_argument("--json", default=None, metavar="PATH", help="JSON line ('-' = stdout)")
     for name in LATER:
         sub.add_parser(name, help="(needs a cluster: not implemented yet)")
     return parser
@@ -221,13 +236,17 @@ def main(argv: list[str]) -> int:
     if args.scenario in LATER:
         print(f"xmq bench {args.scenario}: not implemented yet (needs a cluster)", file=sys.stderr)
         return 2
+    if args.scenario == "migration":
+        return _migration(args)
     kinds = ["mosquitto"] if args.target == "mosquitto" else ["address"]
     if args.compare == "mosquitto" and "mosquitto" not in kinds:
         kinds.append("mosquitto")
     options = _options(args)
     json_stream: IO[str] | None = None
+    text_out: IO[str] = sys.stdout
     if args.json == "-":
         json_stream = sys.stdout
+        text_out = sys.stderr  # stdout carries only JSON lines
     elif args.json:
         json_stream = Path(args.json).open("a", encoding="utf-8")  # noqa: SIM115
     all_runs: list[list[RunResult]] = []
@@ -250,8 +269,7 @@ def main(argv: list[str]) -> int:
                 runs.append(result)
                 time.sleep(args.pause)
             all_runs.append(runs)
-            print(render_table(runs), flush=True)
-            print(flush=True)
+            print(render_table(runs) + "\n", file=text_out, flush=True)
             if json_stream is not None:
                 write_json_lines(runs, json_stream)
                 json_stream.flush()
@@ -263,13 +281,51 @@ def main(argv: list[str]) -> int:
             json_stream.close()
     if len(all_runs) > 1:
         summarize = ladder_verdicts if args.scenario == "connections" else rate_ladder_summary
-        print(summarize(all_runs))
+        print(summarize(all_runs), file=text_out)
     if args.charts:
         from xmq.bench.charts import write_charts
 
         for path in write_charts(all_runs, Path(args.charts)):
-            print(f"chart: {path}")
+            print(f"chart: {path}", file=text_out)
     return 0
+
+
+def _node(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return (host or "127.0.0.1", int(port))
+
+
+def _migration(args: argparse.Namespace) -> int:
+    import dataclasses
+    import json
+
+    import uvloop
+
+    from xmq.bench.migration import MigrationOptions, render_migration, run_migration
+
+    options = MigrationOptions(
+        nodes=tuple(_node(n) for n in args.node),
+        victim_pid=args.victim_pid,
+        messages=args.messages,
+        rate=args.rate,
+        protocol=MQTT_V5 if args.mqtt == "5" else MQTT_V311,
+        reconnect_after_s=args.reconnect_after,
+    )
+    try:
+        result = uvloop.run(run_migration(options))
+    except (OSError, RuntimeError, ValueError, TimeoutError) as exc:
+        print(f"xmq bench migration: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    text_out = sys.stderr if args.json == "-" else sys.stdout
+    print(render_migration(result), file=text_out)
+    if args.json:
+        record = {"type": "migration", **dataclasses.asdict(result), "passed": result.passed}
+        if args.json == "-":
+            print(json.dumps(record))
+        else:
+            with Path(args.json).open("a", encoding="utf-8") as stream:
+                stream.write(json.dumps(record) + "\n")
+    return 0 if result.passed else 3
 
 
 def run(argv: Sequence[str] | None = None) -> int:

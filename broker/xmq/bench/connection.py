@@ -103,6 +103,7 @@ class BenchConnection(asyncio.Protocol):
         self.connect_packet = connect_packet
         self.connect_sent_ns = 0
         self.connack_ns = 0
+        self.session_present = False
         loop = asyncio.get_running_loop()
         self.connack: asyncio.Future[Connack] = loop.create_future()
         self.suback: asyncio.Future[list[int]] | None = None
@@ -232,6 +233,7 @@ class BenchConnection(asyncio.Protocol):
                     self.connack.set_exception(exc)
                 return
             if connack.reason_code == 0:
+                self.session_present = connack.session_present
                 self.connected = True
                 self.sink.live += 1
                 self.receive_maximum = connack.receive_maximum

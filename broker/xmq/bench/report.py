@@ -90,7 +90,15 @@ def _rows(result: RunResult) -> list[tuple[str, str, float | None]]:
             for i in range(len(result.broker_pids))
         ]
         rows.append(("broker RSS max per node", " ".join(fmt_bytes(v) for v in peak), None))
-    rows.append(("client CPU (max worker)", f"{s.client_cpu_pct_max:.0f}%", None))
+    rows.append(
+        (
+            "client CPU: total mean / worker peak",
+            f"{s.client_cpu_pct_mean:.0f}% / {s.client_cpu_pct_max:.0f}%",
+            None,
+        )
+    )
+    if not connections:
+        rows.append(("client CPU per delivery", f"{s.client_cpu_per_1k_s * 1000:.1f} µs", None))
     if result.account is not None:
         a = result.account
         rows.append(

@@ -66,6 +66,10 @@ class Summary:
     rss_baseline: int = 0
     rss_per_connection: float = 0.0
     client_cpu_pct_max: float = 0.0
+    """The busiest worker in the busiest interval (% of one core)."""
+    client_cpu_pct_mean: float = 0.0
+    """All workers together, averaged over the window (% of one core)."""
+    client_cpu_per_1k_s: float = 0.0
     send_lag_max_us: int = 0
     redis_cpu_pct_mean: float = 0.0
     redis_ops_mean: float = 0.0
@@ -226,6 +230,7 @@ def summarize_messages(
     if window_delivered:
         summary.broker_cpu_per_1k_s = 1000.0 * summary.broker_cpu_s / window_delivered
     summary.client_cpu_pct_max = max((p.client_cpu_max_pct for p in in_window), default=0.0)
+    _client_figures(summary, in_window, aggregator.interval_s)
     summary.send_lag_max_us = max((p.send_lag_max_us for p in in_window), default=0)
     if summary.sustained_rate < SATURATION_RATIO * offered_rate:
         summary.verdict = "saturated"
@@ -265,6 +270,7 @@ def summarize_connections(
         final = points[-1].broker_rss if points else 0
         summary.rss_per_connection = max(0.0, (final - summary.rss_baseline) / connected)
     summary.client_cpu_pct_max = max((p.client_cpu_max_pct for p in points), default=0.0)
+    _client_figures(summary, points, aggregator.interval_s)
     held = connected >= 0.99 * clients and summary.sustained_rate >= 0.95 * target_rate
     summary.verdict = "held" if held else "saturated"
     return points, summary
@@ -296,6 +302,16 @@ def _broker_figures(
         summary.rss_avg = statistics.fmean(rss)
         summary.rss_median = statistics.median(rss)
         summary.rss_max = max(rss)
+
+
+def _client_figures(summary: Summary, window: list[IntervalPoint], interval_s: float) -> None:
+    if not window:
+        return
+    summary.client_cpu_pct_mean = statistics.fmean(p.client_cpu_pct for p in window)
+    delivered = sum(p.delivered for p in window)
+    if delivered:
+        cpu_s = sum(p.client_cpu_pct for p in window) * interval_s / 100.0
+        summary.client_cpu_per_1k_s = 1000.0 * cpu_s / delivered
 
 
 def client_flags(summary: Summary, points: Sequence[IntervalPoint]) -> list[str]:

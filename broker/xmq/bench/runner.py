@@ -231,18 +231,24 @@ def _measure(
         drain_s = options.drain_s
     busy_end = t0 + int(busy_s * 1e9)
     hard_end = busy_end + int(drain_s * 1e9)
-    expected = 0
     boundary = 0
     shown = -1
     samplers.sample(0)
     while True:
-        next_boundary_ns = t0 + (boundary + 1) * interval_ns
         now = monotonic_ns()
-        if now >= next_boundary_ns:
+        while now >= t0 + (boundary + 1) * interval_ns:
             boundary += 1
             samplers.sample(boundary)
-            continue
-        for message in workers.receive((next_boundary_ns - now) / 1e9):
+            now = monotonic_ns()
+        if now >= busy_end and (
+            plan.kind == CONNECTIONS or now >= hard_end or _drained(plan, aggregator)
+        ):
+            # Stop at the next boundary so the last interval is whole and sampled.
+            _sleep_until(t0 + (boundary + 1) * interval_ns + int(0.02 * 1e9))
+            samplers.sample(boundary + 1, final=True)
+            aggregator.last_index = boundary
+            break
+        for message in workers.receive((t0 + (boundary + 1) * interval_ns - now) / 1e9):
             if isinstance(message, WorkerFailed):
                 raise BenchError(f"worker {message.worker_index} failed: {message.error}")
             if isinstance(message, IntervalReport):
@@ -253,20 +259,6 @@ def _measure(
             points = [p for p in aggregator.points() if p.index == shown]
             if points:
                 progress(label, points[0])
-        now = monotonic_ns()
-        if now < busy_end or now >= t0 + (boundary + 1) * interval_ns:
-            continue  # still busy, or a boundary to sample first
-        if plan.kind != CONNECTIONS:
-            expected = aggregator.sent_total() * plan.deliveries_per_message
-            publishing_done = aggregator.sent_total() >= _planned_messages(plan)
-            drained = publishing_done and aggregator.delivered_total() >= expected
-            if not drained and now < hard_end:
-                continue
-        # Stop at the next boundary so the last interval is whole and sampled.
-        _sleep_until(t0 + (boundary + 1) * interval_ns + int(0.02 * 1e9))
-        samplers.sample(boundary + 1, final=True)
-        aggregator.last_index = boundary
-        break
     workers.broadcast(Stop())
     return _collect_finals(workers, aggregator)
 
@@ -293,6 +285,14 @@ class _Samplers:
         first = self.aggregator.redis.get(0)
         if final and first is not None:
             self.commands = command_delta(first, redis_sample)
+
+
+def _drained(plan: ScenarioPlan, aggregator: IntervalAggregator) -> bool:
+    """Every planned message sent and every expected delivery received."""
+    sent = aggregator.sent_total()
+    if sent < _planned_messages(plan):
+        return False
+    return aggregator.delivered_total() >= sent * plan.deliveries_per_message
 
 
 def _planned_messages(plan: ScenarioPlan) -> int:

@@ -98,7 +98,7 @@ class Membership:
 
     async def _renew(self, interval: float) -> None:
         identity = self.identity
-        async with asyncio.timeout(interval):
+        async with asyncio.timeout(max(interval, self.ttl_s / 3)):
             renewed = await self.client.set(
                 self.keys.lease(identity.node_id), self._lease(), px=int(self.ttl_s * 1000), xx=True
             )

@@ -17,6 +17,8 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from xmq.contract.pod import HEALTH_PORT
+
 MAX_PACKET_SIZE_LIMIT = 268_435_460
 
 
@@ -112,6 +114,12 @@ class ListenerConfig(Section):
     )
     publish_burst: int = Field(
         default=0, ge=0, description="PUBLISH burst above the rate (0: one second's worth)."
+    )
+    connect_timeout_s: float = Field(
+        default=10.0,
+        ge=0,
+        description="Seconds a new connection may take to send CONNECT (and the WebSocket "
+        "upgrade) before it is dropped (0: no limit).",
     )
 
     @model_validator(mode="before")
@@ -256,7 +264,9 @@ class MetricsConfig(Section):
 
     enabled: bool = Field(default=True, description="Serve the HTTP endpoint.")
     host: str = Field(default="0.0.0.0", description="Address to bind.")
-    port: int = Field(default=9884, ge=0, le=65535, description="Port to bind (0: any free).")
+    port: int = Field(
+        default=HEALTH_PORT, ge=0, le=65535, description="Port to bind (0: any free)."
+    )
     max_loop_lag_s: float = Field(
         default=5.0, gt=0, description="Event-loop lag above which /healthz fails."
     )

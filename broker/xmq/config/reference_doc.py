@@ -47,7 +47,7 @@ listeners:
 limits:
   max_connections: 100000
 metrics:
-  port: 9884
+  port: 9090
 shutdown:
   grace_s: 20
 ```

@@ -67,23 +67,28 @@ def encode_record(
     """Encode one record (see the module docstring for the layout)."""
     flags = delivery_qos | (4 if delivery_retain else 0) | (8 if retain else 0)
     rid = record_id.encode()
-    org = (origin or "").encode()
+    org = origin.encode() if origin else b""
     top = topic.encode()
     if len(rid) > 255 or len(org) > 0xFFFF or len(top) > 0xFFFF or len(subscription_ids) > 255:
         raise RecordError("record field too long")
-    parts = [
-        _HEAD.pack(RECORD_FORMAT, flags, qos, len(rid)),
-        rid,
-        _U16.pack(len(org)),
-        org,
-        _U16.pack(len(top)),
-        top,
-        bytes((len(subscription_ids),)),
-    ]
-    parts.extend(_U32.pack(sid) for sid in subscription_ids)
-    parts.append(encode_properties(properties, _PUBLISH) if properties is not None else b"\x00")
-    parts.append(payload)
-    return b"".join(parts)
+    if subscription_ids:
+        ids = bytes((len(subscription_ids),)) + b"".join(map(_U32.pack, subscription_ids))
+    else:
+        ids = b"\x00"
+    props = encode_properties(properties, _PUBLISH) if properties is not None else b"\x00"
+    return b"".join(
+        (
+            _HEAD.pack(RECORD_FORMAT, flags, qos, len(rid)),
+            rid,
+            _U16.pack(len(org)),
+            org,
+            _U16.pack(len(top)),
+            top,
+            ids,
+            props,
+            payload,
+        )
+    )
 
 
 def decode_record(data: bytes | memoryview) -> MessageRecord:

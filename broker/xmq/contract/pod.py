@@ -42,7 +42,7 @@ DRAIN_COMMAND = ("xmq", "drain")
 """preStop hook: hand every session over to other nodes, then stop accepting connections."""
 BROKER_COMMAND = ("xmq", "serve", "--config", CONFIG_PATH)
 """The broker container's command."""
-CLUSTER_NAME_ENV = "XMQ_CLUSTER_NAME"
-"""Name of the cluster in Redis keys (``xmq:v1:{<name>}:``), set by the operator."""
+NODE_ID_ENV = "XMQ_NODE_ID"
+"""Node id of worker 0 (``$(XMQ_POD_NAME)-0``); worker ``w`` of the pod is ``<pod>-<w>``."""
 WORKERS_ENV = "XMQ_WORKERS"
 """Broker processes in the pod (0: one per CPU)."""

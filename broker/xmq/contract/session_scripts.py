@@ -53,6 +53,14 @@ if prev_node ~= '' and not mine then
   redis.call('SREM', ARGV[3] .. 'node:sessions:' .. prev_node, ARGV[8])
 end
 redis.call('SET', KEYS[1], '{"node_id":"' .. ARGV[1] .. '","epoch":' .. ARGV[2] .. '}')
+if not raw then
+  -- a client id nobody owns has no stored state: the cheap path of most connects
+  if ARGV[5] == '1' then
+    redis.call('SADD', KEYS[2], ARGV[8])
+    redis.call('HSET', KEYS[8], 'protocol_version', ARGV[10], 'expiry_interval', ARGV[11])
+  end
+  return {0}
+end
 redis.call('SREM', KEYS[3], ARGV[8])
 if ARGV[4] == '1' then
   redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
@@ -69,7 +77,9 @@ if ARGV[5] == '1' then
   redis.call('HDEL', KEYS[8], 'disconnected_at')
 else
   redis.call('SREM', KEYS[2], ARGV[8])
-  redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+  if ARGV[4] ~= '1' then
+    redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+  end
 end
 return reply
 """

@@ -19,6 +19,7 @@ from xmq.core.cluster_ports import (
     ClusterRouter,
     DurableStore,
     NodeIdentity,
+    RecordedPacketIds,
     RestoredSession,
     SessionDirectory,
 )
@@ -110,6 +111,9 @@ class Broker(AuthEvents):
         session.connection = conn
         if self.store is not None:
             session.store = self.store if terms.session_expiry_s else None
+            if session.store is not None and type(session.inbound_qos2) is set:
+                ids = session.inbound_qos2
+                session.inbound_qos2 = RecordedPacketIds(session, session.store, ids)
         return session, present
 
     def detach(self, session: Session, conn: ClientConnection, publish_will: bool) -> None:

@@ -161,3 +161,23 @@ class ClusterRouter(Protocol):
     async def request_takeover(self, owner: tuple[str, int], client_id: str) -> bool:
         """Ask a live owner to close the client (0x8E) and hand the session over."""
         ...
+
+
+class RecordedPacketIds(set[int]):
+    """Inbound QoS 2 packet ids of a persistent session, mirrored to the durable store."""
+
+    __slots__ = ("_session", "_store")
+
+    def __init__(self, session: Session, store: DurableStore, ids: set[int]) -> None:
+        super().__init__(ids)
+        self._session = session
+        self._store = store
+
+    def add(self, packet_id: int) -> None:
+        super().add(packet_id)
+        self._store.inbound_changed(self._session, packet_id, True)
+
+    def discard(self, packet_id: object) -> None:
+        if isinstance(packet_id, int) and packet_id in self:
+            super().discard(packet_id)
+            self._store.inbound_changed(self._session, packet_id, False)

@@ -24,7 +24,7 @@ REFUSED_CONNECT_TIMEOUT_S = 10.0
 class ListenerGate:
     """Counts one listener's open connections and applies its limits."""
 
-    __slots__ = ("_rate", "max_connections", "name", "open", "throttled")
+    __slots__ = ("_rate", "connect_timeouts", "max_connections", "name", "open", "throttled")
 
     def __init__(
         self, name: str, max_connections: int, rate: float, burst: int, now: float
@@ -33,6 +33,7 @@ class ListenerGate:
         self.max_connections = max_connections
         self.open = 0
         self.throttled = 0
+        self.connect_timeouts = 0
         self._rate = TokenBucket(rate, burst, now) if rate > 0 else None
 
     def refusal(self, now: float, total_open: int, total_max: int) -> tuple[int, str] | None:

@@ -24,6 +24,9 @@ from xmq.core.connection import CONNECTED, ClientConnection
 
 log = logging.getLogger("xmq.net")
 
+LINGER_S = 2.0
+"""How long a closed connection waits for the client to close its side."""
+
 
 class FlushScheduler:
     """Writes every connection's pending output once per event-loop tick."""
@@ -55,6 +58,7 @@ class MqttClientProtocol(asyncio.Protocol):
     __slots__ = (
         "_clock",
         "_closing",
+        "_linger",
         "_out",
         "_paused_writing",
         "_scheduler",
@@ -82,6 +86,7 @@ class MqttClientProtocol(asyncio.Protocol):
         self._scheduler = scheduler
         self._out = bytearray()
         self._closing = False
+        self._linger: asyncio.TimerHandle | None = None
         self._paused_writing = False
         self.congested = False
         self._write_limit = broker.settings.max_write_buffer_bytes
@@ -139,6 +144,9 @@ class MqttClientProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
         self._out = bytearray()
         self.conn.connection_lost()
         if self.on_close is not None:
@@ -192,8 +200,18 @@ class MqttClientProtocol(asyncio.Protocol):
             return
         self.flush()
         self._closing = True
-        if self._transport is not None:
-            self._transport.close()
+        transport = self._transport
+        if transport is None:
+            return
+        if transport.can_write_eof() and not transport.is_closing():
+            # Half-close and let the client close: closing at once with its bytes unread
+            # (PUBACKs in flight) makes the kernel send RST, and a RST can destroy our last
+            # packets (the DISCONNECT or CONNACK, queued PUBLISHes) before the client reads them.
+            transport.write_eof()
+            transport.resume_reading()
+            self._linger = self.conn.broker.loop.call_later(LINGER_S, transport.close)
+        else:
+            transport.close()
 
     def abort(self) -> None:
         self._closing = True

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from xmq.config import ListenerConfig
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
+from xmq.core.connection import AWAIT_CONNECT
 from xmq.net.admission import ListenerGate, RefusedClientProtocol
 from xmq.net.certificate_auth import CertificateUserAuthenticator
 from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol
@@ -130,7 +131,7 @@ class ListenerSet:
     ) -> asyncio.Protocol:
         client = self._new_client(spec, gate, peer)
         if spec.protocol in ("ws", "wss"):
-            return WebSocketProtocol(client, spec.ws_path)
+            return WebSocketProtocol(client, spec.ws_path, spec.connect_timeout_s)
         return client
 
     def _new_client(
@@ -174,6 +175,10 @@ class ListenerSet:
         def made(client: MqttClientProtocol, transport: asyncio.Transport) -> None:
             self.clients.add(client)
             self.idle.clear()
+            if spec.connect_timeout_s > 0:
+                self.broker.loop.call_later(
+                    spec.connect_timeout_s, self._connect_deadline, client, gate
+                )
             if admitted:
                 gate.open += 1
                 self.open_total += 1
@@ -187,6 +192,12 @@ class ListenerSet:
                     )
 
         return made
+
+    def _connect_deadline(self, client: MqttClientProtocol, gate: ListenerGate) -> None:
+        if client in self.clients and client.conn.state == AWAIT_CONNECT:
+            gate.connect_timeouts += 1
+            log.info("dropped %s: no CONNECT within the connect timeout", client.peer)
+            client.abort()
 
     def _close_hook(
         self, gate: ListenerGate, admitted: bool
@@ -209,6 +220,9 @@ class ListenerSet:
 
     def throttled_by_listener(self) -> dict[str, float]:
         return {name: gate.throttled for name, gate in self.gates.items()}
+
+    def connect_timeouts_by_listener(self) -> dict[str, float]:
+        return {name: gate.connect_timeouts for name, gate in self.gates.items()}
 
     def accepting(self) -> bool:
         return bool(self._servers or self._proxy_servers)

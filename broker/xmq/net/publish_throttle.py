@@ -20,7 +20,7 @@ from xmq.net.rate_limits import TokenBucket
 class ThrottledClientProtocol(MqttClientProtocol):
     """A client connection whose PUBLISH rate is limited by pausing its socket."""
 
-    __slots__ = ("_bucket", "_on_throttle", "_resume_handle")
+    __slots__ = ("_bucket", "_held_by_core", "_on_throttle", "_resume_handle")
 
     def __init__(
         self,
@@ -38,6 +38,7 @@ class ThrottledClientProtocol(MqttClientProtocol):
         self._bucket = TokenBucket(rate, burst, broker.loop.time())
         self._resume_handle: asyncio.TimerHandle | None = None
         self._on_throttle = on_throttle
+        self._held_by_core = False
 
     def data_received(self, data: bytes) -> None:
         stats = self._stats
@@ -50,14 +51,27 @@ class ThrottledClientProtocol(MqttClientProtocol):
             if delay > 0:
                 if self._on_throttle is not None:
                     self._on_throttle()
-                self.pause_reading()
+                super().pause_reading()
                 self._resume_handle = loop.call_later(delay, self._resume)
         elif published:
             self._bucket.charge(self.conn.broker.loop.time(), published)
 
     def _resume(self) -> None:
         self._resume_handle = None
-        self.resume_reading()
+        if not self._held_by_core:
+            super().resume_reading()
+
+    # The core pauses too (authentication, persistence window): reading resumes only when
+    # neither the core nor the throttle holds it.
+
+    def pause_reading(self) -> None:
+        self._held_by_core = True
+        super().pause_reading()
+
+    def resume_reading(self) -> None:
+        self._held_by_core = False
+        if self._resume_handle is None:
+            super().resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._resume_handle is not None:

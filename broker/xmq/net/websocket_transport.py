@@ -47,6 +47,9 @@ class WebSocketTransport:
         if not self._closing:
             self._outer.send_binary(bytes(data))
 
+    def can_write_eof(self) -> bool:
+        return False  # a WebSocket closes with a Close frame
+
     def mark_closed(self) -> None:
         self._closing = True
 
@@ -75,9 +78,13 @@ class WebSocketTransport:
 class WebSocketProtocol(asyncio.Protocol):
     """One WebSocket connection carrying one MQTT connection."""
 
-    def __init__(self, inner: MqttClientProtocol, path: str) -> None:
+    def __init__(
+        self, inner: MqttClientProtocol, path: str, handshake_timeout_s: float = 0
+    ) -> None:
         self.inner = inner
         self.path = path
+        self.handshake_timeout_s = handshake_timeout_s
+        self._deadline: asyncio.TimerHandle | None = None
         self.ws = WSConnection(ConnectionType.SERVER)
         self._transport: asyncio.Transport | None = None
         self._upgraded = False
@@ -87,6 +94,15 @@ class WebSocketProtocol(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
+        if self.handshake_timeout_s > 0:
+            loop = asyncio.get_running_loop()
+            self._deadline = loop.call_later(self.handshake_timeout_s, self._handshake_overdue)
+
+    def _handshake_overdue(self) -> None:
+        self._deadline = None
+        if not self._upgraded:
+            log.info("dropped websocket connection: no upgrade within the timeout")
+            self.abort()
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -121,6 +137,9 @@ class WebSocketProtocol(asyncio.Protocol):
             return
         self._send(self.ws.send(AcceptConnection(subprotocol=offered[0] if offered else None)))
         self._upgraded = True
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         self.inner.connection_made(cast(asyncio.Transport, self._inner_transport))
 
     def _reject(self, status: int, reason: str) -> None:
@@ -133,6 +152,9 @@ class WebSocketProtocol(asyncio.Protocol):
         self._close_transport()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         self._inner_transport.mark_closed()
         if self._upgraded:  # before the upgrade the MQTT side never saw a connection
             self.inner.connection_lost(exc)

@@ -1,12 +1,15 @@
-"""Group commit: every Redis command queued during one loop tick goes out in one pipeline.
+"""Group commit: every Redis command queued during one loop tick goes out in one write.
 
 Callers queue commands with a callback (or await a future); the first command of a tick
-schedules a flush with ``call_soon``. One pipeline is in flight at a time, and everything
-queued while it travels forms the next one, so under load many connections' records share
-each round trip while each still waits for its own reply.
+schedules a flush with ``call_soon``. The flush encodes everything queued into one buffer and
+writes it on the node's :class:`RespConnection`; replies call back in order. Batches pipeline:
+a new tick's batch does not wait for the previous one's replies, so many connections' records
+share each round trip while each still waits for its own reply.
 
-Durable writes (``retry=True``) are retried, in order, until Redis takes them; look-ups on the
-connect path (``retry=False``) fail fast so the CONNECT can be answered 0x88.
+Durable writes (``retry=True``) survive a lost connection: they are re-sent, in order, once
+the connection is back (a write that reached Redis just before the loss may then be applied
+twice — at-least-once). Look-ups on the connect path (``retry=False``) fail at once so the
+CONNECT can be answered 0x88.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-import redis.asyncio as aioredis
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from xmq.store.resp_connection import (
+    RedisConnectionLost,
+    RedisReplyError,
+    RespConnection,
+    encode_command,
+)
 
 log = logging.getLogger("xmq.store.batcher")
 
@@ -27,7 +34,7 @@ Guard = Callable[[], bool]
 
 
 class _Entry:
-    __slots__ = ("args", "callback", "guard", "retry", "script")
+    __slots__ = ("args", "callback", "guard", "payload", "retry", "script")
 
     def __init__(
         self,
@@ -42,23 +49,39 @@ class _Entry:
         self.retry = retry
         self.guard = guard
         self.script = script  # the full text, for EVAL after a NOSCRIPT reply
+        self.payload = encode_command(args)
 
 
 class RedisBatcher:
-    """Pipelines the commands of each loop tick (one pipeline in flight at a time)."""
+    """Pipelines the commands of each loop tick on one Redis connection."""
 
-    def __init__(self, client: aioredis.Redis, timeout_s: float = 2.0) -> None:
-        self.client = client
+    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
+        self.url = url
         self.timeout_s = timeout_s
+        self._conn: RespConnection | None = None
+        self._connecting: asyncio.Task[None] | None = None
         self._pending: list[_Entry] = []
-        self._task: asyncio.Task[None] | None = None
+        self._inflight = 0
         self._armed = False
+        self._closed = False
         self._idle = asyncio.Event()
         self._idle.set()
         self._shas: dict[str, str] = {}
         self.pipelines = 0
         self.commands = 0
         self.failures = 0
+
+    async def start(self) -> None:
+        """Connect (raises when Redis does not answer)."""
+        self._conn = await RespConnection.open(self.url, self.timeout_s)
+        self._watch(self._conn)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self._conn is not None:
+            self._conn.close()
 
     # -- queueing ---------------------------------------------------------------------------
 
@@ -88,8 +111,10 @@ class RedisBatcher:
             self._shas[text] = sha
         self._add(_Entry(("EVALSHA", sha, len(keys), *keys, *args), callback, retry, guard, text))
 
-    def call_script(self, text: str, keys: tuple[Any, ...], args: tuple[Any, ...]) -> Any:
-        """Queue a script and return a future of its reply (not retried)."""
+    def call_script(
+        self, text: str, keys: tuple[Any, ...], args: tuple[Any, ...]
+    ) -> asyncio.Future[Any]:
+        """Queue a script and return a future of its reply (not retried; errors raised)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def done(reply: Any) -> None:
@@ -106,73 +131,119 @@ class RedisBatcher:
     def _add(self, entry: _Entry) -> None:
         self._pending.append(entry)
         self._idle.clear()
-        if self._task is None and not self._armed:
+        if not self._armed:
             self._armed = True
-            asyncio.get_running_loop().call_soon(self._start)
-
-    def _start(self) -> None:
-        self._armed = False
-        if self._task is None and self._pending:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="redis-batch")
+            asyncio.get_running_loop().call_soon(self._flush)
 
     @property
     def backlog(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + self._inflight
 
     async def flush(self) -> None:
-        """Wait until everything queued so far has been written (or given up)."""
+        """Wait until everything queued so far has been answered (or given up)."""
         await self._idle.wait()
 
     # -- the writer -------------------------------------------------------------------------
 
-    async def _run(self) -> None:
-        try:
-            while self._pending:
-                batch, self._pending = self._pending, []
-                await self._send(batch)
-        finally:
-            self._task = None
-            if self._pending:
-                self._armed = True
-                asyncio.get_running_loop().call_soon(self._start)
-            else:
-                self._idle.set()
-
-    async def _send(self, batch: list[_Entry]) -> None:
-        while batch:
-            live = [entry for entry in batch if entry.guard is None or entry.guard()]
-            if not live:
-                return
-            try:
-                async with asyncio.timeout(self.timeout_s):
-                    pipe = self.client.pipeline(transaction=False)
-                    for entry in live:
-                        pipe.execute_command(*entry.args)
-                    replies = await pipe.execute(raise_on_error=False)
-            except (RedisError, OSError, TimeoutError) as error:
-                self.failures += 1
-                if self.failures % 50 == 1:
-                    log.warning("redis pipeline of %d failed: %s", len(live), error)
-                for entry in live:
-                    if not entry.retry and entry.callback is not None:
-                        entry.callback(error)
-                batch = [entry for entry in live if entry.retry]
-                if batch:
-                    await asyncio.sleep(0.2)
+    def _flush(self) -> None:
+        self._armed = False
+        if not self._pending:
+            self._check_idle()
+            return
+        conn = self._conn
+        if conn is None or conn.transport is None or conn.transport.is_closing():
+            self._fail_fast(RedisConnectionLost("redis not connected"))
+            self._reconnect()
+            return
+        batch, self._pending = self._pending, []
+        parts: list[bytes] = []
+        callbacks: list[Callback] = []
+        for entry in batch:
+            if entry.guard is not None and not entry.guard():
                 continue
-            self.pipelines += 1
-            self.commands += len(live)
-            again: list[_Entry] = []
-            for entry, reply in zip(live, replies, strict=True):
-                if isinstance(reply, NoScriptError) or (
-                    isinstance(reply, ResponseError) and str(reply).startswith("NOSCRIPT")
-                ):
-                    assert entry.script is not None
-                    entry.args = ("EVAL", entry.script, *entry.args[2:])
-                    again.append(entry)
-                    continue
-                if isinstance(reply, ResponseError):
-                    log.error("redis command %s failed: %s", entry.args[0], reply)
+            parts.append(entry.payload)
+            callbacks.append(self._reply_for(entry))
+        if not parts:
+            self._check_idle()
+            return
+        self._inflight += len(parts)
+        self.pipelines += 1
+        self.commands += len(parts)
+        conn.send(b"".join(parts), callbacks)
+
+    def _reply_for(self, entry: _Entry) -> Callback:
+        def reply(value: Any) -> None:
+            self._inflight -= 1
+            if isinstance(value, RedisConnectionLost):
+                self.failures += 1
+                if entry.retry:
+                    self._add(entry)
+                elif entry.callback is not None:
+                    entry.callback(value)
+            elif isinstance(value, RedisReplyError) and str(value).startswith("NOSCRIPT"):
+                assert entry.script is not None
+                entry.args = ("EVAL", entry.script, *entry.args[2:])
+                entry.payload = encode_command(entry.args)
+                self._add(entry)
+            else:
+                if isinstance(value, RedisReplyError):
+                    log.error("redis %s failed: %s", entry.args[0], value)
                 if entry.callback is not None:
-                    entry.callback(reply)
-            batch = again
+                    try:
+                        entry.callback(value)
+                    except Exception:
+                        log.exception("redis reply callback failed")
+            self._check_idle()
+
+        return reply
+
+    def _check_idle(self) -> None:
+        if not self._pending and not self._inflight:
+            self._idle.set()
+
+    def _fail_fast(self, error: Exception) -> None:
+        """Without a connection, connect-path look-ups fail now; durable writes wait."""
+        kept: list[_Entry] = []
+        for entry in self._pending:
+            if entry.retry:
+                kept.append(entry)
+            elif entry.callback is not None:
+                entry.callback(error)
+        self._pending = kept
+        self._check_idle()
+
+    def _watch(self, conn: RespConnection) -> None:
+        def lost(_: asyncio.Future[None]) -> None:
+            if self._conn is conn:
+                self._conn = None
+                if not self._closed:
+                    self._reconnect()
+
+        conn.closed.add_done_callback(lost)
+
+    def _reconnect(self) -> None:
+        if self._closed or self._connecting is not None:
+            return
+        self._connecting = asyncio.get_running_loop().create_task(
+            self._connect_loop(), name="redis-reconnect"
+        )
+
+    async def _connect_loop(self) -> None:
+        try:
+            while not self._closed:
+                try:
+                    conn = await RespConnection.open(self.url, self.timeout_s)
+                except (OSError, TimeoutError, RedisReplyError) as error:
+                    self.failures += 1
+                    if self.failures % 50 == 1:
+                        log.warning("redis connection failed: %s", error)
+                    await asyncio.sleep(0.2)
+                    continue
+                self._conn = conn
+                self._watch(conn)
+                if self._pending and not self._armed:
+                    self._armed = True
+                    asyncio.get_running_loop().call_soon(self._flush)
+                return
+        finally:
+            self._connecting = None

@@ -7,11 +7,10 @@ session carries the stored copy, decoded here into core deliveries.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
-
-from redis.exceptions import RedisError
 
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import RecordError, decode_record
@@ -159,9 +158,11 @@ class RedisSessionDirectory:
         )
         self.claims += 1
         try:
-            reply = await self.batcher.call_script(call.script, call.keys, call.args)
+            future = self.batcher.call_script(call.script, call.keys, call.args)
+            async with asyncio.timeout(self.batcher.timeout_s):
+                reply = await future
             parsed = ClaimReply.from_reply(reply)
-        except (RedisError, OSError, TimeoutError, ValueError) as error:
+        except (OSError, TimeoutError, ValueError) as error:
             raise ClusterUnavailableError(f"session claim failed: {error}") from error
         restored = None
         if parsed.stored is not None:

@@ -69,6 +69,9 @@ def test_p2p_pairs_are_accounted_per_pair(mosquitto: MosquittoProcess) -> None:
     assert result.account.expected == 400
     assert result.account.lost == 0
     assert result.summary.sustained_rate == pytest.approx(200, rel=0.2)
+    # 2 s of publishing in 0.5 s intervals; once all is delivered the run stops, not after
+    # the whole 10 s drain allowance.
+    assert len(result.intervals) <= 4 + 6
 
 
 def test_fanin_shared_group_gets_each_message_once(mosquitto: MosquittoProcess) -> None:
@@ -118,7 +121,7 @@ def test_cli_compare_writes_table_json_and_chart(
 
 
 def test_cli_refuses_cluster_scenarios_for_now() -> None:
-    assert main(["migration"]) == 2
+    assert main(["survivability"]) == 2
 
 
 @pytest.fixture
@@ -178,3 +181,17 @@ def test_large_final_reports_reach_the_runner(mosquitto: MosquittoProcess) -> No
     assert result.account is not None
     assert result.account.pairs == 15_000
     assert result.account.lost == 0
+
+
+def test_cli_json_to_stdout_is_pure_json(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [
+        "fanin", "--target", "mosquitto", "--publishers", "20", "--subscribers", "2",
+        "--rate-per-publisher", "2", "--duration", "2", "--warmup", "0", "--interval", "0.5",
+        "--pause", "0", "--json", "-",
+    ]  # fmt: skip
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    records = [json.loads(line) for line in captured.out.splitlines()]
+    assert records[-1]["type"] == "summary"
+    assert records[-1]["account"]["expected"] == 80
+    assert "fanin:" in captured.err  # the table went to stderr

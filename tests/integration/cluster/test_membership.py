@@ -20,7 +20,7 @@ def _lease(redis_server: RedisServer, cluster: str, node_id: str) -> NodeLease |
         raw = client.get(ClusterKeys(cluster).lease(node_id))
     finally:
         client.close()
-    return None if raw is None else NodeLease.from_json(raw)  # type: ignore[arg-type]
+    return None if raw is None else NodeLease.from_json(raw)
 
 
 def test_lease_and_epoch_in_redis(fresh_cluster: ClusterNodes, redis_server: RedisServer) -> None:
@@ -34,7 +34,7 @@ def test_lease_and_epoch_in_redis(fresh_cluster: ClusterNodes, redis_server: Red
     client = redis_server.client()
     try:
         ttl_ms = client.pttl(keys.lease("node-1"))
-        assert 0 < ttl_ms <= fresh_cluster.lease_ttl_s * 1000  # type: ignore[operator]
+        assert 0 < ttl_ms <= fresh_cluster.lease_ttl_s * 1000
         assert client.sismember(keys.members(), "node-1")
         fresh_cluster.nodes[1].terminate()
         assert client.get(keys.lease("node-1")) is None  # graceful stop drops the lease

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import time
 from collections.abc import Callable, Iterator
 
@@ -96,6 +98,9 @@ def test_publish_rate_slows_the_publisher_without_loss(limited: BrokerProcess, u
     try:
         assert subscriber.connect().reason == 0
         assert subscriber.subscribe(f"{uid}/rate", qos=1) == [1]
+        # At most 5 unacknowledged: the last batch read (whose debt nobody waits for) is small,
+        # so 45 messages at 20/s with a burst of 5 need at least (45 - 5 - 5) / 20 = 1.75 s.
+        publisher.client.max_inflight_messages_set(5)
         assert publisher.connect().reason == 0
         started = time.monotonic()
         count = 45
@@ -171,3 +176,19 @@ def test_broker_wide_connection_limit(start_broker: StartBroker, uid: str) -> No
     finally:
         for client in clients:
             client.close()
+
+
+def test_silent_connections_are_dropped(start_broker: StartBroker) -> None:
+    broker = start_broker(
+        "listeners:\n"
+        "  - {name: mqtt, protocol: tcp, connect_timeout_s: 0.5}\n"
+        "  - {name: ws, protocol: ws, host: 127.0.0.1, port: 0, connect_timeout_s: 0.5}\n"
+    )
+    for port in (broker.port, wait_port(broker, "ws")):
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            started = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):  # abort() may reset
+                assert sock.recv(1) == b""  # closed by the broker, nothing sent
+            assert 0.3 < time.monotonic() - started < 3
+    label = 'listener="mqtt"'
+    assert metric(wait_port(broker, "metrics"), "xmq_connect_timeouts_total", label) == 1

@@ -84,6 +84,9 @@ def test_messages_summary_of_a_steady_run() -> None:
     assert summary.verdict == "flat"
     assert points[3].client_cpu_pct == pytest.approx(40.0)
     assert points[3].client_cpu_max_pct == pytest.approx(20.0)
+    assert summary.client_cpu_pct_mean == pytest.approx(40.0)
+    # two workers x 0.2 CPU-s per second over 10,000 deliveries per second: 40 µs each
+    assert summary.client_cpu_per_1k_s == pytest.approx(0.04)
 
 
 def test_climbing_latency_and_missed_rate_are_called_out() -> None:

@@ -87,7 +87,8 @@ def test_pods_get_their_identity_and_redis_url_from_the_api() -> None:
     assert env["XMQ_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
     assert env["XMQ_REDIS_URL"]["valueFrom"]["secretKeyRef"] == {"name": "redis", "key": "url"}
     assert env["XMQ_POSTGRES_DSN"]["valueFrom"]["secretKeyRef"] == {"name": "pg", "key": "dsn"}
-    assert env["XMQ_CLUSTER_NAME"]["value"] == "mq.prod"
+    assert env["XMQ_NODE_ID"]["value"] == "$(XMQ_POD_NAME)-0"
+    assert list(env).index("XMQ_POD_NAME") < list(env).index("XMQ_NODE_ID")
     assert env["XMQ_WORKERS"]["value"] == "2"
 
 
@@ -152,6 +153,12 @@ def test_the_configmap_carries_the_validated_config_file() -> None:
     text = config_map["data"]["xmq.yaml"]
     assert "max_packet_size: 65536" in text
     assert "port: 1884" in text
+    assert "name: mq.prod" in text
+    assert "link_host: 0.0.0.0" in text
+    assert "link_port: 7884" in text
+    tls = _render({"listeners": {"tls": {"enabled": True, "secretName": "s"}}})
+    tls_text = _by_kind(tls, "ConfigMap")["data"]["xmq.yaml"]
+    assert "cert_file: /etc/xmq/tls/tls.crt" in tls_text
 
 
 def test_rendering_is_deterministic() -> None:

@@ -1,0 +1,188 @@
+"""``xmq cluster up`` (a local cluster on loopback) and ``xmq cluster status`` (from Redis)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from xmq.contract.keys import ClusterKeys
+from xmq.contract.pod import REDIS_URL_ENV
+from xmq.contract.records import NodeLease
+
+
+def add_cluster_commands(commands: Any) -> None:
+    """Register ``cluster up`` and ``cluster status`` on the ``xmq`` sub-command parser."""
+    cluster = commands.add_parser("cluster", help="run or inspect a cluster")
+    actions = cluster.add_subparsers(dest="cluster_command", required=True)
+    up = actions.add_parser("up", help="start a local N-node cluster on loopback")
+    up.add_argument("--nodes", type=int, default=3, help="broker nodes (default: %(default)s)")
+    up.add_argument("--redis-url", help=f"Redis URL (default: ${REDIS_URL_ENV}, else start one)")
+    up.add_argument("--name", default="local", help="cluster name (default: %(default)s)")
+    up.add_argument(
+        "--port",
+        type=int,
+        default=1884,
+        help="MQTT port of node 1; node i uses port+i-1 (0: any free ports)",
+    )
+    up.add_argument("--lease-ttl", type=float, default=10.0, help="lease TTL in seconds")
+    up.add_argument("--max-queued-writes", type=int, default=0)
+    up.set_defaults(func=_up)
+    status = actions.add_parser("status", help="members, leases and sessions from Redis")
+    status.add_argument("--redis-url", help=f"Redis URL (default: ${REDIS_URL_ENV})")
+    status.add_argument("--name", default="local", help="cluster name (default: %(default)s)")
+    status.set_defaults(func=_status)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start_redis(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server not found: install the Debian package or give --redis-url")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", data_dir]
+        + ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise SystemExit("redis-server did not start") from None
+            time.sleep(0.05)
+    client.close()
+    return proc, url
+
+
+def _listening_address(node: subprocess.Popen[str]) -> str:
+    """Read a node's stdout until its MQTT listener line; return ``host:port``."""
+    assert node.stdout is not None
+    for line in node.stdout:
+        if line.startswith("xmq: listening mqtt "):
+            return line.split()[-1]
+    raise SystemExit("a node exited before listening")
+
+
+def _relay(node: subprocess.Popen[str]) -> None:
+    assert node.stdout is not None
+    for line in node.stdout:
+        sys.stdout.write(line)
+
+
+def _node_config(args: argparse.Namespace, url: str, index: int) -> str:
+    return (
+        f"node_id: node-{index}\n"
+        "listeners:\n"
+        f"  - {{name: mqtt, host: 127.0.0.1, port: {args.port + index - 1 if args.port else 0}}}\n"
+        "cluster:\n"
+        f"  redis_url: {url}\n"
+        f"  name: {args.name}\n"
+        f"  lease_ttl_s: {args.lease_ttl}\n"
+        "  link_port: 0\n"
+        f"persistence: {{max_queued_writes: {args.max_queued_writes}}}\n"
+        "metrics: {enabled: false}\n"
+    )
+
+
+def _up(args: argparse.Namespace) -> int:
+    if args.nodes < 1:
+        print("--nodes must be at least 1", file=sys.stderr)
+        return 2
+    work = tempfile.TemporaryDirectory(prefix="xmq-cluster-")
+    redis_proc: subprocess.Popen[bytes] | None = None
+    url = args.redis_url or os.environ.get(REDIS_URL_ENV)
+    if not url:
+        redis_proc, url = _start_redis(work.name)
+        print(f"xmq: redis {url} (appendonly yes, data in {work.name})", flush=True)
+    nodes: list[subprocess.Popen[str]] = []
+    stop = False
+
+    def request_stop(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    try:
+        for index in range(1, args.nodes + 1):
+            path = Path(work.name) / f"node-{index}.yaml"
+            path.write_text(_node_config(args, url, index))
+            command = [sys.executable, "-m", "xmq", "serve", "--config", str(path)]
+            nodes.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
+        for index, node in enumerate(nodes, start=1):
+            address = _listening_address(node)
+            print(f"xmq: node-{index} mqtt {address}", flush=True)
+            threading.Thread(target=_relay, args=(node,), daemon=True).start()
+        while not stop and all(node.poll() is None for node in nodes):
+            time.sleep(0.2)
+    finally:
+        for node in nodes:
+            if node.poll() is None:
+                node.send_signal(signal.SIGTERM)
+        for node in nodes:
+            try:
+                node.wait(15)
+            except subprocess.TimeoutExpired:
+                node.kill()
+        if redis_proc is not None:
+            redis_proc.terminate()
+            redis_proc.wait(10)
+        work.cleanup()
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    url = args.redis_url or os.environ.get(REDIS_URL_ENV)
+    if not url:
+        print(f"give --redis-url or set {REDIS_URL_ENV}", file=sys.stderr)
+        return 2
+    keys = ClusterKeys(args.name)
+    client = redis.Redis.from_url(url, decode_responses=True, socket_timeout=5)
+    try:
+        members = sorted(str(member) for member in client.smembers(keys.members()))
+        print(f"cluster {args.name}: {len(members)} members")
+        print(f"{'node':<20} {'state':<8} {'epoch':>6} {'ttl ms':>7} {'sessions':>8}  address")
+        for node in members:
+            raw = client.get(keys.lease(node))
+            sessions = int(client.scard(keys.node_sessions(node)))
+            if raw is None:
+                print(f"{node:<20} {'dead':<8} {'-':>6} {'-':>7} {sessions:>8}  -")
+                continue
+            lease = NodeLease.from_json(str(raw))
+            ttl = int(client.pttl(keys.lease(node)))
+            print(
+                f"{node:<20} {'alive':<8} {lease.epoch:>6} {ttl:>7} {sessions:>8}  {lease.address}"
+            )
+        owners = sum(1 for _ in client.scan_iter(f"{keys.prefix}session:owner:*", count=1000))
+        orphaned = int(client.scard(keys.orphaned_sessions()))
+        print(f"sessions owned: {owners}, orphaned: {orphaned}")
+    except redis.RedisError as error:
+        print(f"redis error: {error}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    return 0

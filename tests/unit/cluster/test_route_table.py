@@ -1,0 +1,34 @@
+"""Routes learned from peers, and persistent sessions orphaned when a peer's link drops."""
+
+from __future__ import annotations
+
+from xmq.cluster.route_table import DurableSub, OrphanSub, RouteTable
+
+
+def test_forget_node_drops_routes_and_orphans_durable_sessions() -> None:
+    table = RouteTable()
+    table.route("node-2", "a/#", True)
+    table.route("node-3", "a/#", True)
+    table.share("node-2", "g", "a/b", True)
+    table.durable_sub("node-2", "c1", DurableSub("a/b", "a/b", 1, 0), True)
+    table.forget_node("node-2", 4, orphan=True)
+    assert [node for node, _ in table.routes.match("a/b")] == ["node-3"]
+    assert table.shares.get_group("g", "a/b") is None
+    assert table.orphans.tree.match("a/b") == [("c1", OrphanSub(("node-2", 4), 1, 0))]
+
+
+def test_a_new_owner_announcing_the_session_ends_the_orphan() -> None:
+    table = RouteTable()
+    table.durable_sub("node-2", "c1", DurableSub("t", "t", 1, 0), True)
+    table.forget_node("node-2", 1, orphan=True)
+    assert len(table.orphans) == 1
+    table.durable_sub("node-4", "c1", DurableSub("t", "t", 1, 0), True)
+    assert len(table.orphans) == 0
+    assert table.orphans.tree.match("t") == []
+
+
+def test_without_a_store_nothing_is_orphaned() -> None:
+    table = RouteTable()
+    table.durable_sub("node-2", "c1", DurableSub("t", "t", 1, 0), True)
+    table.forget_node("node-2", 1, orphan=False)
+    assert len(table.orphans) == 0

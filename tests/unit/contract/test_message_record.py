@@ -1,0 +1,44 @@
+"""Message records (Redis queues and node links) round-trip and refuse garbage."""
+
+from __future__ import annotations
+
+import pytest
+
+from xmq.codec.properties import Properties
+from xmq.contract.message_record import RecordError, decode_record, encode_record
+
+
+def test_record_round_trip_with_properties() -> None:
+    props = Properties()
+    props.content_type = "text/plain"
+    props.user_properties = [("k", "v")]
+    raw = encode_record("n-0/3/17", "a/b", b"\x00payload", 2, True, props, "pub", 1, False, (5, 9))
+    record = decode_record(raw)
+    assert record.record_id == "n-0/3/17"
+    assert (record.topic, record.payload) == ("a/b", b"\x00payload")
+    assert (record.qos, record.retain) == (2, True)
+    assert (record.delivery_qos, record.delivery_retain) == (1, False)
+    assert record.origin == "pub"
+    assert record.subscription_ids == (5, 9)
+    assert record.properties is not None
+    assert record.properties.content_type == "text/plain"
+    assert record.properties.user_properties == [("k", "v")]
+
+
+def test_record_without_properties_or_origin() -> None:
+    record = decode_record(encode_record("", "t", b"", 0, False, None, None, 0, False))
+    assert record.properties is None
+    assert record.origin is None
+    assert record.payload == b""
+
+
+@pytest.mark.parametrize("cut", [1, 4, 8, 12], ids=lambda cut: f"cut-{cut}")
+def test_truncated_record_is_refused(cut: int) -> None:
+    raw = encode_record("id", "topic", b"x", 1, False, None, "o", 1, False, (1,))
+    with pytest.raises(RecordError):
+        decode_record(raw[:cut])
+
+
+def test_unknown_format_is_refused() -> None:
+    with pytest.raises(RecordError):
+        decode_record(b"\x09\x00\x00\x00")

@@ -1,0 +1,129 @@
+"""Session ownership scripts against a real Redis: claim, takeover, dead owners, appends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from tests.support.redis_server import running_redis
+from xmq.contract import ClusterKeys, NodeLease
+from xmq.contract.scripts import ScriptCall
+from xmq.contract.session_scripts import (
+    ClaimOutcome,
+    ClaimReply,
+    append_if_owner,
+    claim_session,
+    release_session,
+)
+
+KEYS = ClusterKeys("unit")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[redis.Redis]:
+    with running_redis() as server:
+        connection = server.client()
+        yield connection
+        connection.close()
+
+
+def _run(client: redis.Redis, call: ScriptCall) -> object:
+    return client.eval(call.script, len(call.keys), *call.keys, *call.args)
+
+
+def _claim(
+    client: redis.Redis,
+    client_id: str,
+    node: str,
+    epoch: int,
+    clean: bool = False,
+    expected: tuple[str, int] | None = None,
+) -> ClaimReply:
+    call = claim_session(
+        KEYS,
+        client_id,
+        node,
+        epoch,
+        clean_start=clean,
+        durable=True,
+        want_state=True,
+        protocol_version=5,
+        expiry_interval=60,
+        expected=expected,
+    )
+    return ClaimReply.from_reply(_run(client, call))
+
+
+def _lease(client: redis.Redis, node: str, epoch: int) -> None:
+    lease = NodeLease(
+        node_id=node, pod_name="p", pod_uid="u", address="127.0.0.1:1", epoch=epoch, started_at=0
+    )
+    client.set(KEYS.lease(node), lease.to_json(), px=60_000)
+
+
+def test_first_claim_and_reclaim_by_the_owner(client: redis.Redis) -> None:
+    _lease(client, "a-0", 1)
+    first = _claim(client, "c1", "a-0", 1)
+    assert first.outcome == ClaimOutcome.CLAIMED
+    assert client.sismember(KEYS.node_sessions("a-0"), "c1")
+    again = _claim(client, "c1", "a-0", 1)
+    assert again.outcome == ClaimOutcome.RESTORED  # state hash exists: the stored copy comes back
+    assert again.stored is not None
+
+
+def test_live_owner_is_reported_then_handed_over(client: redis.Redis) -> None:
+    _lease(client, "a-0", 1)
+    _lease(client, "b-0", 1)
+    _claim(client, "c2", "a-0", 1)
+    client.rpush(KEYS.session_queue("c2"), b"rec-1")
+    client.hset(KEYS.session_subscriptions("c2"), "t", '{"f":"t","q":1}')
+    refused = _claim(client, "c2", "b-0", 1)
+    assert refused.outcome == ClaimOutcome.OWNED_ELSEWHERE
+    assert (refused.owner_node, refused.owner_epoch) == ("a-0", 1)
+    taken = _claim(client, "c2", "b-0", 1, expected=("a-0", 1))
+    assert taken.outcome == ClaimOutcome.RESTORED
+    assert taken.stored is not None
+    assert taken.stored.queue == [b"rec-1"]
+    assert taken.stored.subscriptions == {"t": b'{"f":"t","q":1}'}
+    assert not client.sismember(KEYS.node_sessions("a-0"), "c2")
+    assert client.sismember(KEYS.node_sessions("b-0"), "c2")
+
+
+def test_dead_owner_claim_is_taken_directly(client: redis.Redis) -> None:
+    _lease(client, "b-0", 1)
+    _claim(client, "c3", "d-0", 5)  # d-0 holds no lease at all
+    assert _claim(client, "c3", "b-0", 1).outcome == ClaimOutcome.RESTORED
+    _lease(client, "d-0", 6)  # a newer run of d-0: the epoch-5 claim is dead too
+    _claim(client, "c4", "d-0", 5)
+    assert _claim(client, "c4", "b-0", 1).outcome != ClaimOutcome.OWNED_ELSEWHERE
+
+
+def test_clean_start_discards_the_stored_session(client: redis.Redis) -> None:
+    _lease(client, "a-0", 1)
+    _claim(client, "c5", "a-0", 1)
+    client.rpush(KEYS.session_queue("c5"), b"old")
+    reply = _claim(client, "c5", "a-0", 1, clean=True)
+    assert reply.outcome == ClaimOutcome.CLAIMED
+    assert client.llen(KEYS.session_queue("c5")) == 0
+
+
+def test_release_only_by_the_owner(client: redis.Redis) -> None:
+    _lease(client, "a-0", 1)
+    _claim(client, "c6", "a-0", 1)
+    assert _run(client, release_session(KEYS, "c6", "b-0", 1)) == 0
+    assert client.exists(KEYS.session_owner("c6"))
+    assert _run(client, release_session(KEYS, "c6", "a-0", 1)) == 1
+    assert not client.exists(KEYS.session_owner("c6"), KEYS.session_state("c6"))
+
+
+def test_append_only_while_the_dead_owner_still_owns(client: redis.Redis) -> None:
+    _claim(client, "c7", "d-0", 2)
+    script, keys, args = append_if_owner(KEYS, "c7", ("d-0", 2), b"m1")
+    assert client.eval(script, len(keys), *keys, *args) == [0, b"", 0]
+    _lease(client, "b-0", 1)
+    _claim(client, "c7", "b-0", 1)
+    script, keys, args = append_if_owner(KEYS, "c7", ("d-0", 2), b"m2")
+    assert client.eval(script, len(keys), *keys, *args) == [1, b"b-0", 1]
+    assert client.lrange(KEYS.session_queue("c7"), 0, -1) == [b"m1"]
