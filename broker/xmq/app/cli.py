@@ -13,7 +13,7 @@ from xmq import __version__
 from xmq.app.accounts_cli import add_accounts_commands
 from xmq.app.cluster_cli import add_cluster_commands
 from xmq.config import BrokerConfig, ListenerConfig, load_config
-from xmq.contract.pod import CONFIG_FILE_ENV, HEALTH_PORT
+from xmq.contract.pod import CONFIG_FILE_ENV, CONFIG_PATH, HEALTH_PORT
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
     drain.add_argument(
         "--url",
         help="the node's metrics/admin endpoint (default: 127.0.0.1 and metrics.port of "
-        f"--config or ${CONFIG_FILE_ENV}, else port {HEALTH_PORT})",
+        f"--config, ${CONFIG_FILE_ENV} or {CONFIG_PATH}, else port {HEALTH_PORT})",
     )
     drain.add_argument("-c", "--config", help="YAML configuration file of the node")
     drain.add_argument(
@@ -63,7 +63,7 @@ def _config_error(error: ValidationError) -> str:
 
 def _admin_url(config_path: str | None) -> str:
     """The local node's admin endpoint, from its config file (the pod's preStop hook)."""
-    path = config_path or os.environ.get(CONFIG_FILE_ENV)
+    path = config_path or os.environ.get(CONFIG_FILE_ENV) or CONFIG_PATH
     port = HEALTH_PORT
     if path and os.path.isfile(path):
         port = load_config(path).metrics.port

@@ -17,9 +17,11 @@ from redis.exceptions import RedisError
 
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.membership import Membership
+from xmq.cluster.orphan_loader import load_orphans
 from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
 from xmq.contract.pod import POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
+from xmq.contract.session_scripts import APPEND_IF_OWNER, CLAIM_SESSION, RELEASE_SESSION
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.store.redis_batcher import RedisBatcher
@@ -100,6 +102,15 @@ class ClusterRuntime:
                     raise
                 log.warning("waiting for redis: %s", error)
                 await asyncio.sleep(0.5)
+        try:
+            async with asyncio.timeout(10):
+                orphans = await load_orphans(self.lease_client, self.keys, self.hub.table)
+            if orphans:
+                log.info("%d persistent sessions of dead owners: queued in Redis", orphans)
+        except (RedisError, OSError, TimeoutError, ValueError) as error:
+            log.warning("could not preload orphaned sessions: %s", error)
+        for text in (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER):
+            await self.lease_client.script_load(text)  # first claims need no EVAL fallback
         broker = self.broker
         broker.identity = self.identity
         broker.directory = self.directory

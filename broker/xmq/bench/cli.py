@@ -7,7 +7,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -47,6 +47,13 @@ def _common(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--host", default="127.0.0.1", help="broker address (default 127.0.0.1)")
     group.add_argument("--port", type=int, default=1884, help="broker port (default 1884)")
     group.add_argument("--label", default="xmq", help="name of the target in reports")
+    group.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="cluster node (repeat): clients are spread over the nodes; overrides --host/--port",
+    )
     group.add_argument(
         "--broker-pid",
         type=int,
@@ -211,6 +218,9 @@ def _target(args: argparse.Namespace, kind: str) -> Iterator[tuple[Target, tuple
                 (mosquitto.pid,),
                 mosquitto.version(),
             )
+    elif args.node:
+        host, port = _node(args.node[0])
+        yield Target(host, port, args.label), tuple(args.broker_pid), ""
     else:
         yield Target(args.host, args.port, args.label), tuple(args.broker_pid), ""
 
@@ -228,6 +238,7 @@ def _options(args: argparse.Namespace) -> CommonOptions:
         setup_connect_rate=args.setup_rate,
         broker_pids=tuple(args.broker_pid),
         redis_url=args.redis_url,
+        nodes=tuple(Target(*_node(n), args.label) for n in args.node),
     )
 
 
@@ -260,10 +271,12 @@ def main(argv: list[str]) -> int:
             runs: list[RunResult] = []
             for kind in kinds:
                 with _target(args, kind) as (target, pids, version):
-                    plan = build_plan(args, target, options, step)
+                    # the cluster's nodes are for the address target, not for Mosquitto
+                    run_options = options if kind == "address" else replace(options, nodes=())
+                    plan = build_plan(args, target, run_options, step)
                     print(f"== {target.label} {plan.name}: {plan.description}", file=sys.stderr)
                     result = run_plan(
-                        plan, options, label=target.label, broker_pids=pids, progress=show
+                        plan, run_options, label=target.label, broker_pids=pids, progress=show
                     )
                     result.version = version
                 runs.append(result)

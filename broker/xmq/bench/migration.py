@@ -88,7 +88,7 @@ def pid_listening_on(port: int) -> int | None:
     return None
 
 
-def _tally(tracker: SeqTracker | None, sent: int) -> ReceiverTally:
+def tally_receiver(tracker: SeqTracker | None, sent: int) -> ReceiverTally:
     if tracker is None:
         return ReceiverTally(missing=sent)
     seen = int.from_bytes(tracker.bits, "little")
@@ -191,8 +191,8 @@ async def run_migration(options: MigrationOptions) -> MigrationResult:
         await asyncio.sleep(0.1)
     schedule.stop()
     result.sent = publisher.seq
-    result.live = _tally(live_trackers.get(0), result.sent)
-    result.persistent = _tally(kept_trackers.get(0), result.sent)
+    result.live = tally_receiver(live_trackers.get(0), result.sent)
+    result.persistent = tally_receiver(kept_trackers.get(0), result.sent)
     for connection in (live, publisher):
         connection.disconnect()
     kept.disconnect(expire_session=True)

@@ -13,6 +13,8 @@ class SubscriberSpec:
     filters: tuple[str, ...]
     receiver: int
     """Accounting key: the subscriber itself, or its shared-subscription group."""
+    node: int = 0
+    """Index into ``WorkerPlan.nodes`` (cluster runs spread clients over the nodes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +22,7 @@ class PublisherSpec:
     client_id: str
     topic: str
     publisher_id: int
+    node: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,12 @@ class WorkerPlan:
     interval_s: float = 1.0
     connect_timeout_s: float = 30.0
     session_expiry: int = 0
+    nodes: tuple[Target, ...] = ()
+    """Every node of a cluster run (empty: ``target`` only)."""
+    worker_count: int = 1
+
+    def node_target(self, node: int) -> Target:
+        return self.nodes[node % len(self.nodes)] if self.nodes else self.target
 
 
 @dataclass(slots=True)

@@ -38,6 +38,9 @@ class CommonOptions:
     run_id: str = field(default_factory=lambda: f"{os.getpid():x}")
     broker_pids: tuple[int, ...] = ()
     redis_url: str | None = None
+    nodes: tuple[Target, ...] = ()
+    """Cluster nodes to spread clients over (publishers offset by one node from subscribers,
+    so point-to-point traffic crosses nodes); empty = the one target."""
 
 
 @dataclass(slots=True)
@@ -77,6 +80,10 @@ def _worker_plans(
 ) -> list[WorkerPlan]:
     workers = max(1, options.workers)
     sources = source_addresses(target.host, options.source_addresses)
+    count = len(options.nodes)
+    if count > 1:
+        subscribers = [replace(s, node=n % count) for n, s in enumerate(subscribers)]
+        publishers = [replace(p, node=(n + 1) % count) for n, p in enumerate(publishers)]
     sub_parts = _split(subscribers, workers)
     pub_parts = _split(publishers, workers)
     return [
@@ -94,6 +101,8 @@ def _worker_plans(
             connect_rate=options.setup_connect_rate / workers,
             interval_s=options.interval_s,
             session_expiry=session_expiry,
+            nodes=options.nodes,
+            worker_count=workers,
         )
         for index in range(workers)
     ]

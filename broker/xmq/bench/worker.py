@@ -137,6 +137,7 @@ class WorkerProcess:
         client_id: str,
         stats: ConnectStats,
         *,
+        node: int = 0,
         trackers: dict[int, SeqTracker] | None = None,
         template: PublishTemplate | None = None,
         publisher_id: int = -1,
@@ -162,10 +163,11 @@ class WorkerProcess:
         stats.attempted += 1
         try:
             async with asyncio.timeout(plan.connect_timeout_s):
+                target = plan.node_target(node)
                 await loop.create_connection(
                     lambda: connection,
-                    plan.target.host,
-                    plan.target.port,
+                    target.host,
+                    target.port,
                     local_addr=(source, 0) if source else None,
                 )
                 connack = await connection.connack
@@ -221,7 +223,7 @@ class WorkerProcess:
         async def open_subscriber(index: int) -> None:
             spec = subscribers[index]
             trackers = self.receivers.setdefault(spec.receiver, {})
-            connection = await self._open(spec.client_id, stats, trackers=trackers)
+            connection = await self._open(spec.client_id, stats, node=spec.node, trackers=trackers)
             if connection is None:
                 return
             packet = encode_subscribe(1, list(spec.filters), qos=plan.qos, protocol=plan.protocol)
@@ -237,7 +239,11 @@ class WorkerProcess:
             spec = publishers[index]
             template = PublishTemplate(spec.topic, qos=plan.qos, protocol=plan.protocol)
             connection = await self._open(
-                spec.client_id, stats, template=template, publisher_id=spec.publisher_id
+                spec.client_id,
+                stats,
+                node=spec.node,
+                template=template,
+                publisher_id=spec.publisher_id,
             )
             if connection is not None:
                 self.publishers.append(connection)
@@ -254,7 +260,8 @@ class WorkerProcess:
 
         async def open_idle(index: int) -> None:
             before = len(stats.latencies_us)
-            connection = await self._open(clients[index], stats)
+            node = index * self.plan.worker_count + self.plan.worker_index  # round-robin split
+            connection = await self._open(clients[index], stats, node=node)
             if connection is not None:
                 self.last_connack_ns = max(self.last_connack_ns, connection.connack_ns)
             if len(stats.latencies_us) > before:

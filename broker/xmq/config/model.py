@@ -118,8 +118,8 @@ class ListenerConfig(Section):
     connect_timeout_s: float = Field(
         default=10.0,
         ge=0,
-        description="Seconds a new connection may take to send CONNECT (and the WebSocket "
-        "upgrade) before it is dropped (0: no limit).",
+        description="Seconds a new connection may take for its TLS handshake, its WebSocket "
+        "upgrade and its CONNECT, each, before it is dropped (0: no limit).",
     )
 
     @model_validator(mode="before")

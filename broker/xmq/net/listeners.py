@@ -92,12 +92,15 @@ class ListenerSet:
             tls = ReloadableTlsContext(spec.name, spec.tls)
             self.tls_contexts.append(tls)
         context = tls.context if tls is not None else None
+        # A TLS handshake counts against the connect timeout too.
+        handshake_s = (spec.connect_timeout_s or None) if context is not None else None
         if spec.proxy_protocol == "off":
             server = await loop.create_server(
                 lambda: self._new_connection(spec, gate, None),
                 host=spec.host,
                 port=spec.port,
                 ssl=context,
+                ssl_handshake_timeout=handshake_s,
                 reuse_address=True,
                 backlog=4096,
             )
@@ -111,7 +114,10 @@ class ListenerSet:
 
             async def handoff(conn: socket.socket, peer: str | None) -> None:
                 await loop.connect_accepted_socket(
-                    lambda: self._new_connection(spec, gate, peer), conn, ssl=context
+                    lambda: self._new_connection(spec, gate, peer),
+                    conn,
+                    ssl=context,
+                    ssl_handshake_timeout=handshake_s,
                 )
 
             proxy_server = ProxyProtocolServer(sock, spec.proxy_protocol == "required", handoff)

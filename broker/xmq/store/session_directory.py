@@ -8,9 +8,7 @@ session carries the stored copy, decoded here into core deliveries.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
-from typing import Any
 
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import RecordError, decode_record
@@ -22,6 +20,11 @@ from xmq.contract.session_scripts import (
     StoredSession,
     claim_session,
     release_session,
+)
+from xmq.contract.subscription_record import (
+    StoredSubscription,
+    decode_subscription,
+    encode_subscription,
 )
 from xmq.core.cluster_ports import (
     ClaimOutcome,
@@ -44,31 +47,30 @@ _OUTCOMES = {
 
 def subscription_json(spec: SubscriptionSpec) -> str:
     """The stored form of one subscription (value of ``session:subs:<client id>``)."""
-    return json.dumps(
-        {
-            "f": spec.topic_filter,
-            "q": spec.qos,
-            "nl": spec.no_local,
-            "rap": spec.retain_as_published,
-            "rh": spec.retain_handling,
-            "id": spec.identifier,
-            "g": spec.share_group,
-        },
-        separators=(",", ":"),
+    return encode_subscription(
+        StoredSubscription(
+            spec.topic_filter,
+            spec.qos,
+            spec.no_local,
+            spec.retain_as_published,
+            spec.retain_handling,
+            spec.identifier,
+            spec.share_group,
+        )
     )
 
 
 def _subscription_spec(key: str, raw: bytes) -> SubscriptionSpec:
-    data: dict[str, Any] = json.loads(raw)
+    stored = decode_subscription(raw)
     return SubscriptionSpec(
         key,
-        str(data["f"]),
-        int(data["q"]),
-        bool(data.get("nl", False)),
-        bool(data.get("rap", False)),
-        int(data.get("rh", 0)),
-        data.get("id"),
-        data.get("g"),
+        stored.topic_filter,
+        stored.qos,
+        stored.no_local,
+        stored.retain_as_published,
+        stored.retain_handling,
+        stored.identifier,
+        stored.share_group,
     )
 
 

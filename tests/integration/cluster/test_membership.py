@@ -152,3 +152,32 @@ def test_restarted_node_restores_the_session(fresh_cluster: ClusterNodes, uid: s
         again.expect_none(0.5)
     finally:
         again.disconnect()
+
+
+def test_node_started_after_the_owner_died_queues_for_it(
+    fresh_cluster: ClusterNodes, uid: str
+) -> None:
+    nodes = fresh_cluster
+    nodes.start_many(2)
+    topic = f"{uid}/late"
+    sub = PahoClient(nodes.port(2), f"{uid}-durable")
+    sub.connect(clean_start=True, properties=EXPIRY)
+    sub.subscribe(topic, 1)
+    time.sleep(0.3)
+    nodes.kill(2)
+    sub.close()
+    nodes.start(3)  # never linked to node 2: learns its sessions from Redis
+    nodes.wait_linked(2)
+    pub = PahoClient(nodes.port(3), f"{uid}-pub")
+    pub.connect()
+    for n in range(10):
+        pub.publish(topic, f"{n}", qos=1)
+    pub.disconnect()
+    again = PahoClient(nodes.port(1), f"{uid}-durable")
+    result = again.connect(clean_start=False, properties=EXPIRY, timeout=nodes.lease_ttl_s + 10)
+    try:
+        assert result.session_present
+        got = again.expect(10)
+        assert [m.payload for m in got] == [str(n).encode() for n in range(10)]
+    finally:
+        again.disconnect()

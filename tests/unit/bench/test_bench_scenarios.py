@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from xmq.bench.accounting import SeqTracker
 from xmq.bench.cli import build_parser
+from xmq.bench.migration import MigrationOptions, tally_receiver
 from xmq.bench.mosquitto import tuned_config
 from xmq.bench.plan import Target
 from xmq.bench.redis_probe import RedisSample, command_delta, parse_commandstats
@@ -118,3 +120,28 @@ def test_persistence_is_p2p_with_persistent_sessions() -> None:
     assert all(w.session_expiry == 60 for w in plan.workers)
     assert plan.expectations[7] == [7]
     assert plan.offered_rate == pytest.approx(1000)
+
+
+def test_migration_roles_and_tally() -> None:
+    three = MigrationOptions(nodes=(("h", 1), ("h", 2), ("h", 3)))
+    assert [three.node(role)[1] for role in "ABCD"] == [1, 2, 3, 2]
+    four = MigrationOptions(nodes=(("h", 1), ("h", 2), ("h", 3), ("h", 4)))
+    assert four.node("D") == ("h", 4)
+    tracker = SeqTracker()
+    for seq in [0, 1, 1, 3, 2, 9]:
+        tracker.record(seq)
+    tally = tally_receiver(tracker, 5)  # 0..4 sent; 4 missing; 9 was never sent
+    assert (tally.received, tally.missing, tally.duplicates) == (4, 1, 1)
+    assert tally_receiver(None, 7).missing == 7
+
+
+def test_cluster_runs_spread_clients_and_cross_nodes() -> None:
+    nodes = tuple(Target("127.0.0.1", 1900 + n, "xmq") for n in range(3))
+    plan = p2p(TARGET, CommonOptions(workers=2, nodes=nodes), pairs=6, rate=60)
+    subs = {s.receiver: s.node for w in plan.workers for s in w.subscribers}
+    pubs = {p.publisher_id: p.node for w in plan.workers for p in w.publishers}
+    assert subs == {0: 0, 1: 1, 2: 2, 3: 0, 4: 1, 5: 2}
+    assert all(pubs[n] != subs[n] for n in range(6))  # every pair crosses nodes
+    worker = plan.workers[0]
+    assert worker.node_target(2).port == 1902
+    assert p2p(TARGET, CommonOptions(), pairs=2).workers[0].node_target(5) == TARGET
