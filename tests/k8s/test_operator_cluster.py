@@ -403,3 +403,44 @@ def test_scaling_through_the_scale_subresource(cluster: Cluster) -> None:
     scale = json.loads(cluster.plane.kubectl("get", "--raw", path).stdout)
     assert scale["spec"]["replicas"] == 5
     assert len({pod["spec"]["nodeName"] for pod in cluster.pods()}) == 5
+
+
+def test_a_restarted_container_releases_only_the_leases_of_its_dead_run(cluster: Cluster) -> None:
+    pod = cluster.pod("xmq-2")
+    old_run = seed_node(cluster.redis, cluster.keys, pod, 0, ["old-a"])
+    restarted_at = time.time() + 2
+    new_run = seed_node(cluster.redis, cluster.keys, pod, 1, ["new-a"])
+    new_run = new_run.model_copy(update={"started_at": restarted_at + 1})
+    cluster.redis.set(cluster.keys.lease(new_run.node_id), new_run.to_json(), px=600_000)
+
+    def stamp(moment: float) -> str:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(moment))
+
+    status = {
+        "name": "broker",
+        "ready": True,
+        "started": True,
+        "restartCount": 1,
+        "image": "xmq:0.1.0",
+        "imageID": "",
+        "state": {"running": {"startedAt": stamp(restarted_at)}},
+        "lastState": {
+            "terminated": {
+                "exitCode": 137,
+                "reason": "Error",
+                "startedAt": stamp(old_run.started_at - 60),
+                "finishedAt": stamp(restarted_at - 1),
+            }
+        },
+    }
+    cluster.plane.kubectl(
+        "patch", "pod", "xmq-2", "-n", cluster.namespace, "--subresource=status",
+        "--type=merge", "-p", json.dumps({"status": {"containerStatuses": [status]}}),
+    )  # fmt: skip
+    wait_for(
+        lambda: not cluster.redis.exists(cluster.keys.lease(old_run.node_id)),
+        20,
+        "the dead run's lease to be released",
+    )
+    assert cluster.redis.get(cluster.keys.lease(new_run.node_id)) == new_run.to_json()
+    assert cluster.redis.smembers(cluster.keys.orphaned_sessions()) == {"old-a"}

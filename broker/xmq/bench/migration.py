@@ -53,6 +53,8 @@ class ReceiverTally:
     missing: int = 0
     duplicates: int = 0
     out_of_order: int = 0
+    first_missing: list[int] = field(default_factory=list)
+    """Up to 20 missing sequence numbers, for diagnosis."""
 
 
 @dataclass(slots=True)
@@ -93,7 +95,8 @@ def tally_receiver(tracker: SeqTracker | None, sent: int) -> ReceiverTally:
         return ReceiverTally(missing=sent)
     seen = int.from_bytes(tracker.bits, "little")
     within = (seen & ((1 << sent) - 1)).bit_count() if sent else 0
-    return ReceiverTally(within, sent - within, tracker.duplicates, tracker.out_of_order)
+    missing = [seq for seq in range(sent) if not seen >> seq & 1][:20]
+    return ReceiverTally(within, sent - within, tracker.duplicates, tracker.out_of_order, missing)
 
 
 async def _connect(
@@ -235,7 +238,12 @@ def render_migration(result: MigrationResult) -> str:
         f"{result.reconnect_attempts} attempt(s); outage {result.outage_s:.1f} s",
         f"  session present          {'yes' if result.session_present else 'NO (resubscribed)'}",
         f"  persistent subscriber    received {result.persistent.received:,}, missing "
-        f"{result.persistent.missing:,}, duplicates {result.persistent.duplicates:,}",
+        f"{result.persistent.missing:,}, duplicates {result.persistent.duplicates:,}"
+        + (
+            f" (first missing: {result.persistent.first_missing})"
+            if result.persistent.missing
+            else ""
+        ),
         f"  live clean subscriber    received {result.live.received:,}, missing "
         f"{result.live.missing:,}, duplicates {result.live.duplicates:,}",
         f"  verdict                  {'PASS' if result.passed else 'FAIL'}",

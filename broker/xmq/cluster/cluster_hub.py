@@ -197,8 +197,8 @@ class ClusterHub:
             if added and count == 1:
                 self._broadcast(frames.share(True, *key))
 
-    def session_gone(self, session: Session) -> None:
-        if session.store is not None:
+    def session_gone(self, session: Session, durable: bool) -> None:
+        if durable:
             self._broadcast(frames.durable_gone(session.client_id))
 
     # -- forwarding ---------------------------------------------------------------------------
@@ -309,6 +309,8 @@ class ClusterHub:
         if not node:
             self.table.orphans.drop(client_id)  # the session ended
             return
+        if client_id in self.table.durable.get(node, {}):
+            self.table.orphans.drop(client_id)  # its new owner's routes take over
         identity = self.identity
         if node == identity.node_id and epoch == identity.epoch:
             self.broker.deliver_direct(client_id, message, qos, False, ())
@@ -360,7 +362,7 @@ class ClusterHub:
                 table.moved.drop(client_id)
             table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags), added)
         elif kind == Kind.DGONE:
-            table.durable_gone(node, reader.text())
+            table.durable_gone(node, link.peer_epoch, reader.text(), self.store is not None)
         elif kind == Kind.SHARED:
             group, topic_filter = reader.text(), reader.text()
             message = self._message(reader.rest())[0]
@@ -368,7 +370,7 @@ class ClusterHub:
         elif kind == Kind.DIRECT:
             client_id = reader.text()
             message, qos, retain, ids = self._message(reader.rest())
-            self.broker.deliver_direct(client_id, message, qos, retain, ids)
+            self._deliver_direct(client_id, message, qos, retain, ids, 200)
         elif kind == Kind.TAKEOVER:
             request, client_id, epoch = reader.u32(), reader.text(), reader.u64()
             self._spawn(self._hand_over(link, request, client_id, epoch))
@@ -379,6 +381,24 @@ class ClusterHub:
                 future.set_result(ok)
         else:
             raise frames.FrameError(f"unknown frame kind {kind}")
+
+    def _deliver_direct(
+        self,
+        client_id: str,
+        message: Message,
+        qos: int,
+        retain: bool,
+        ids: tuple[int, ...],
+        attempts: int,
+    ) -> None:
+        """Deliver to a session owned here; one still being claimed gets it once attached."""
+        broker = self.broker
+        if client_id not in broker.sessions and client_id in broker.claiming and attempts:
+            loop = asyncio.get_running_loop()
+            args = (client_id, message, qos, retain, ids, attempts - 1)
+            loop.call_later(0.005, self._deliver_direct, *args)
+            return
+        broker.deliver_direct(client_id, message, qos, retain, ids)
 
     # -- takeover -----------------------------------------------------------------------------
 

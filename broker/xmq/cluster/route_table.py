@@ -94,8 +94,17 @@ class RouteTable:
             if subs is not None:
                 subs.pop(sub.key, None)
 
-    def durable_gone(self, node: str, client_id: str) -> None:
-        self.durable.get(node, {}).pop(client_id, None)
+    def durable_gone(self, node: str, epoch: int, client_id: str, orphan: bool) -> None:
+        """A persistent session left ``node``: until a new owner announces it, it is an orphan.
+
+        (A session that ended had its subscriptions withdrawn first: nothing is orphaned.)
+        """
+        subs = self.durable.get(node, {}).pop(client_id, None)
+        if not subs or not orphan:
+            return
+        for durable in subs.values():
+            entry = OrphanSub((node, epoch), durable.qos, durable.flags)
+            self.orphans.add(client_id, durable.topic_filter, entry)
 
     def forget_node(self, node: str, epoch: int, orphan: bool) -> None:
         """A node's link is gone: drop its routes; its persistent sessions become orphans."""

@@ -179,7 +179,7 @@ class Broker(AuthEvents):
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
             if self.cluster is not None:
-                self.cluster.session_gone(session)
+                self.cluster.session_gone(session, session.store is not None)
             if release and self.directory is not None:
                 self.directory.release(session.client_id)
         session.store = None
@@ -200,6 +200,8 @@ class Broker(AuthEvents):
         if session is None:
             return None
         self._cancel_timers(session)
+        durable = session.store is not None
+        session.store = None  # it moves, it does not unsubscribe: no durable deltas
         for flt, sub in list(session.subscriptions.items()):
             self._remove_subscription(session, flt, sub)
         session.stats.queued_bytes -= session.queued_bytes
@@ -208,8 +210,7 @@ class Broker(AuthEvents):
         session.inflight.clear()
         del self.sessions[client_id]
         if self.cluster is not None:
-            self.cluster.session_gone(session)
-        session.store = None
+            self.cluster.session_gone(session, durable)
         return session
 
     def publish_will(self, will: Will) -> None:
@@ -357,7 +358,7 @@ class Broker(AuthEvents):
         """Another node picked this node for a shared group: deliver to one local member."""
         found = self.shared.get_group(group, topic_filter)
         if found is None:
-            self.stats.messages_dropped += 1
+            self.stats.drop("shared_group_gone")
             return False
         now = self.now() if message.expires_at is not None else 0.0
         return self._deliver_shared(found, message, now, ())
@@ -368,7 +369,7 @@ class Broker(AuthEvents):
         """A message for one session this node owns (sent by a node that found it here)."""
         session = self.sessions.get(client_id)
         if session is None:
-            self.stats.messages_dropped += 1
+            self.stats.drop("session_gone")
             return False
         now = self.now() if message.expires_at is not None else 0.0
         return session.deliver(message, qos, retain, ids, None, now)
@@ -419,7 +420,7 @@ class Broker(AuthEvents):
             session, sub = fallback
             ids = (sub.identifier,) if sub.identifier else _NO_IDS
             return session.deliver(message, min(sub.qos, message.qos), False, ids, sub, now)
-        self.stats.messages_dropped += 1
+        self.stats.drop("no_shared_member")
         return False
 
     def _redispatch(self, delivery: Delivery) -> None:
@@ -429,7 +430,7 @@ class Broker(AuthEvents):
             return
         group = self.shared.get_group(share.share_group, share.topic_filter)
         if group is None:
-            self.stats.messages_dropped += 1
+            self.stats.drop("shared_group_gone")
             return
         self._deliver_shared(group, delivery.message, self.now(), (share.session,))
 

@@ -155,8 +155,12 @@ class ClusterRouter(Protocol):
     def subscription_changed(self, session: Session, sub: Subscription, added: bool) -> None:
         """A local subscription was added or removed (route deltas to the other nodes)."""
 
-    def session_gone(self, session: Session) -> None:
-        """A session left this node (ended or handed over)."""
+    def session_gone(self, session: Session, durable: bool) -> None:
+        """A session left this node: ended, or (persistent, ``durable``) handed over.
+
+        Other nodes treat a handed-over persistent session's subscriptions as orphans until
+        its new owner announces them, so nothing published in between is lost.
+        """
 
     async def request_takeover(self, owner: tuple[str, int], client_id: str) -> bool:
         """Ask a live owner to close the client (0x8E) and hand the session over."""

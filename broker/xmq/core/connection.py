@@ -507,12 +507,14 @@ class ClientConnection:
                 self.version, qos, retain, subscription_ids, alias, is_new, now
             )
         if len(head) + len(tail) + 2 > self.max_packet_size:
-            self.broker.stats.messages_dropped += 1
+            self.broker.stats.drop("too_large_for_client")
             return False
         if dup:
             head = bytes((head[0] | 0x08,)) + head[1:]
         self.link.write_publish(head, packet_id, tail)
-        self.broker.stats.messages_sent += 1
+        stats = self.broker.stats
+        stats.messages_sent += 1
+        stats.sent_by_qos[qos] += 1
         return True
 
     def accepts_qos0(self) -> bool:

@@ -29,9 +29,11 @@ def _ack(conn: ClientConnection, head: bytes, packet_id: int, reason: int) -> No
 
 def on_publish(conn: ClientConnection, packet: Publish) -> None:
     broker = conn.broker
-    broker.stats.messages_received += 1
     topic = packet.topic
     qos = packet.qos
+    stats = broker.stats
+    stats.messages_received += 1
+    stats.received_by_qos[qos] += 1
     props = packet.properties
     try:
         if props is not None:
@@ -93,7 +95,7 @@ def on_publish(conn: ClientConnection, packet: Publish) -> None:
 
 def _refuse_publish(conn: ClientConnection, packet: Publish, reason: int) -> None:
     """A PUBLISH that is not routed: QoS 1/2 get the reason in their ack, QoS 0 is dropped."""
-    conn.broker.stats.messages_dropped += 1
+    conn.broker.stats.drop("refused_by_ack")
     if packet.qos == 1:
         _ack(conn, _PUBACK, packet.packet_id, reason)
     elif packet.qos == 2:

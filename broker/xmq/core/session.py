@@ -161,7 +161,7 @@ class Session:
         conn = self.connection
         if qos == 0:
             if conn is None or not conn.accepts_qos0():
-                self.stats.messages_dropped += 1
+                self.stats.drop("qos0_not_writable" if conn is not None else "qos0_offline")
                 return False
             return conn.send_publish(message, 0, retain, subscription_ids, 0, now)
         delivery = Delivery(message, qos, retain, subscription_ids, share)
@@ -204,12 +204,13 @@ class Session:
         size = delivery.message.size
         limits = self.limits
         stats = self.stats
-        if (
-            len(self.queue) >= limits.max_messages
-            or self.queued_bytes + size > limits.max_session_bytes
-            or stats.queued_bytes + size > limits.budget_bytes
+        if len(self.queue) >= limits.max_messages or self.queued_bytes + size > (
+            limits.max_session_bytes
         ):
-            stats.messages_dropped += 1
+            stats.drop("queue_full")
+            return False
+        if stats.queued_bytes + size > limits.budget_bytes:
+            stats.drop("memory_budget")
             return False
         self.queue.append(delivery)
         self.queued_bytes += size

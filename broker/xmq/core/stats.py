@@ -14,13 +14,16 @@ class BrokerStats:
         "connects_refused",
         "connects_total",
         "disconnects_by_reason",
+        "dropped_by_reason",
         "messages_dropped",
         "messages_expired",
         "messages_received",
         "messages_sent",
         "publish_denied",
         "queued_bytes",
+        "received_by_qos",
         "refused_by_reason",
+        "sent_by_qos",
     )
 
     def __init__(self) -> None:
@@ -38,5 +41,16 @@ class BrokerStats:
         self.queued_bytes = 0
         self.refused_by_reason: dict[int, int] = {}
         """CONNACK refusals by reason code (0x86/0x87: authentication, 0x97: quota, ...)."""
+        self.received_by_qos = [0, 0, 0]
+        """PUBLISH packets received, by QoS."""
+        self.sent_by_qos = [0, 0, 0]
+        """PUBLISH packets sent, by QoS."""
+        self.dropped_by_reason: dict[str, int] = {}
+        """Messages not delivered, by reason (queue_full, budget, oversize, ...)."""
         self.disconnects_by_reason: dict[int, int] = {}
         """Connections the server closed, by DISCONNECT reason (0x8D keep alive, 0x90 ...)."""
+
+    def drop(self, reason: str) -> None:
+        """Count one message dropped (a rare event: the dict costs nothing on the hot path)."""
+        self.messages_dropped += 1
+        self.dropped_by_reason[reason] = self.dropped_by_reason.get(reason, 0) + 1

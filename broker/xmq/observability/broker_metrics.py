@@ -100,11 +100,26 @@ class BrokerCollector(Collector):
             "xmq_messages_received", "PUBLISH packets received.", stats.messages_received
         )
         yield _counter("xmq_messages_sent", "PUBLISH packets sent.", stats.messages_sent)
+        by_qos = CounterMetricFamily(
+            "xmq_publish_packets",
+            "PUBLISH packets by direction and QoS.",
+            labels=["direction", "qos"],
+        )
+        for qos in range(3):
+            by_qos.add_metric(["in", str(qos)], stats.received_by_qos[qos])
+            by_qos.add_metric(["out", str(qos)], stats.sent_by_qos[qos])
+        yield by_qos
         yield _counter(
             "xmq_messages_dropped",
             "Messages dropped (QoS 0 to slow clients, full queues, oversize).",
             stats.messages_dropped,
         )
+        dropped = CounterMetricFamily(
+            "xmq_messages_dropped_by_reason", "Messages dropped, by reason.", labels=["reason"]
+        )
+        for reason, count in sorted(stats.dropped_by_reason.items()):
+            dropped.add_metric([reason], count)
+        yield dropped
         yield _counter(
             "xmq_messages_expired", "Messages expired in queues.", stats.messages_expired
         )

@@ -100,7 +100,7 @@ def test_session_survives_the_kill_of_its_node(cluster: list[tuple[str, int]]) -
     victim = pid_listening_on(cluster[2][1])
     assert victim is not None
     options = MigrationOptions(
-        nodes=tuple(cluster), messages=200, rate=100, reconnect_after_s=1.0, run_id="t"
+        nodes=tuple(cluster), messages=200, rate=100, reconnect_after_s=LEASE_TTL_S + 1, run_id="t"
     )
     result = uvloop.run(run_migration(options))
     report = render_migration(result)

@@ -157,3 +157,42 @@ def test_concurrent_connects_leave_one_owner(
     assert connected[0].port == three_nodes.port(owner_node)
     for client in clients:
         client.close()
+
+
+def test_takeover_while_messages_flow_loses_nothing(three_nodes: ClusterNodes, uid: str) -> None:
+    """A persistent session moves from node 1 to node 2 while node 3 publishes to it."""
+    topic = f"{uid}/flow"
+    expiry = props(PacketTypes.CONNECT, SessionExpiryInterval=300)
+    first = PahoClient(three_nodes.port(1), f"{uid}-c")
+    first.connect(properties=expiry)
+    first.subscribe(topic, 1)
+    routed(three_nodes.port(1), three_nodes.port(3), topic, first)
+    total = 1500
+    pub = PahoClient(three_nodes.port(3), f"{uid}-p")
+    pub.connect()
+
+    def publish_all() -> None:
+        for n in range(total):
+            pub.publish(topic, f"{n}", qos=1, wait=n % 100 == 99, timeout=30)
+
+    publisher = threading.Thread(target=publish_all)
+    publisher.start()
+    time.sleep(0.3)
+    second = PahoClient(three_nodes.port(2), f"{uid}-c")
+    try:
+        assert second.connect(clean_start=False, properties=expiry).session_present
+        publisher.join(60)
+        seen: set[int] = set()
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(seen) < total:
+            for client in (first, second):
+                while not client.messages.empty():
+                    payload = client.messages.get().payload
+                    if payload != b"probe":
+                        seen.add(int(payload))
+            time.sleep(0.05)
+        assert set(range(total)) - seen == set()
+    finally:
+        pub.disconnect()
+        first.close()
+        second.disconnect()

@@ -32,3 +32,20 @@ def test_without_a_store_nothing_is_orphaned() -> None:
     table.durable_sub("node-2", "c1", DurableSub("t", "t", 1, 0), True)
     table.forget_node("node-2", 1, orphan=False)
     assert len(table.orphans) == 0
+
+
+def test_a_handed_over_session_is_an_orphan_until_announced_again() -> None:
+    table = RouteTable()
+    table.durable_sub("node-1", "c1", DurableSub("t", "t", 1, 0), True)
+    table.durable_gone("node-1", 3, "c1", orphan=True)
+    assert table.orphans.tree.match("t") == [("c1", OrphanSub(("node-1", 3), 1, 0))]
+    table.durable_sub("node-2", "c1", DurableSub("t", "t", 1, 0), True)
+    assert table.orphans.tree.match("t") == []
+
+
+def test_an_ended_session_leaves_no_orphan() -> None:
+    table = RouteTable()
+    table.durable_sub("node-1", "c1", DurableSub("t", "t", 1, 0), True)
+    table.durable_sub("node-1", "c1", DurableSub("t", "t", 1, 0), False)
+    table.durable_gone("node-1", 3, "c1", orphan=True)
+    assert len(table.orphans) == 0

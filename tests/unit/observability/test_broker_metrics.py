@@ -70,3 +70,19 @@ def test_reason_names() -> None:
     assert reason_name(0x9F) == "connection_rate_exceeded"
     assert reason_name(0x86) == "bad_user_name_or_password"
     assert reason_name(0x7E) == "0x7e"
+
+
+def test_messages_by_qos_and_drops_by_reason() -> None:
+    broker = Broker(CoreSettings())
+    stats = broker.stats
+    stats.received_by_qos[1] += 5
+    stats.sent_by_qos[2] += 4
+    stats.drop("queue_full")
+    stats.drop("queue_full")
+    stats.drop("memory_budget")
+    samples = _scrape(BrokerCollector(broker, lambda: 0.0, []))
+    assert samples[("xmq_publish_packets_total", (("direction", "in"), ("qos", "1")))] == 5
+    assert samples[("xmq_publish_packets_total", (("direction", "out"), ("qos", "2")))] == 4
+    assert samples[("xmq_messages_dropped_by_reason_total", (("reason", "queue_full"),))] == 2
+    assert samples[("xmq_messages_dropped_by_reason_total", (("reason", "memory_budget"),))] == 1
+    assert samples[("xmq_messages_dropped_total", ())] == 3
