@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.membership import Membership
-from xmq.cluster.orphan_loader import load_orphans
+from xmq.cluster.orphan_loader import PendingOrphans, load_orphans
 from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
 from xmq.contract.pod import POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
@@ -68,6 +68,7 @@ class ClusterRuntime:
         )
         self.hub = ClusterHub(broker, self.identity, self.store)
         self.membership: Membership | None = None
+        self.pending_orphans: dict[tuple[str, int], PendingOrphans] = {}
         self._peers_task: asyncio.Task[None] | None = None
         self.address = ""
 
@@ -104,7 +105,10 @@ class ClusterRuntime:
                 await asyncio.sleep(0.5)
         try:
             async with asyncio.timeout(10):
-                orphans = await load_orphans(self.lease_client, self.keys, self.hub.table)
+                orphans = await load_orphans(
+                    self.lease_client, self.keys, self.hub.table, self.pending_orphans
+                )
+            await self._adopt_pending()
             if orphans:
                 log.info("%d persistent sessions of dead owners: queued in Redis", orphans)
         except (RedisError, OSError, TimeoutError, ValueError) as error:
@@ -142,10 +146,27 @@ class ClusterRuntime:
                 continue
             peers = membership.peers
             self.hub.connect_peers({node: lease.address for node, lease in peers.items()})
+            if self.pending_orphans:
+                await self._adopt_pending()
             for node, link in list(self.hub.links.items()):
                 lease = peers.get(node)
                 if lease is not None and lease.epoch > link.peer_epoch:
                     link.close()  # a newer run of that node exists: this link is stale
+
+    async def _adopt_pending(self) -> None:
+        """Sessions of owners seen with a lease at start: orphans once the owner is gone."""
+        peers = self.membership.peers if self.membership is not None else {}
+        for key, pending in list(self.pending_orphans.items()):
+            node, epoch = key
+            link = self.hub.links.get(node)
+            if link is not None and link.peer_epoch == epoch:
+                del self.pending_orphans[key]  # alive: its link snapshot announced them
+                continue
+            lease = peers.get(node)
+            gone = lease is not None and lease.epoch != epoch
+            if gone or not await self.hub.reachable(pending.address):
+                pending.adopt_into(self.hub.table)
+                del self.pending_orphans[key]
 
     def _offline(self) -> None:
         log.error("node %s offline", self.identity.node_id)

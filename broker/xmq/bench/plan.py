@@ -99,6 +99,8 @@ class IntervalReport:
     cpu_s: float
     connections: int
     connection_losses: int
+    wall_s: float = 0.0
+    """Wall time the report covers (a saturated worker reports late: over one interval)."""
 
 
 @dataclass(slots=True)

@@ -156,12 +156,20 @@ class IntervalAggregator:
             point.lat_p99_us = hist.percentile(0.99)
             point.lat_max_us = float(hist.max_us)
             cpu_by_worker: dict[int, float] = {}
+            wall_by_worker: dict[int, float] = {}
             live_by_worker: dict[int, int] = {}
             for r in parts:  # a worker's final partial report may share the last interval
-                cpu_by_worker[r.worker_index] = cpu_by_worker.get(r.worker_index, 0.0) + r.cpu_s
-                live_by_worker[r.worker_index] = r.connections
-            point.client_cpu_pct = 100.0 * sum(cpu_by_worker.values()) / self.interval_s
-            point.client_cpu_max_pct = 100.0 * max(cpu_by_worker.values()) / self.interval_s
+                worker = r.worker_index
+                cpu_by_worker[worker] = cpu_by_worker.get(worker, 0.0) + r.cpu_s
+                wall_by_worker[worker] = wall_by_worker.get(worker, 0.0) + r.wall_s
+                live_by_worker[worker] = r.connections
+            # CPU over the wall time each report covers (a saturated worker reports late)
+            shares = [
+                cpu / max(wall_by_worker[worker], self.interval_s)
+                for worker, cpu in cpu_by_worker.items()
+            ]
+            point.client_cpu_pct = 100.0 * sum(shares)
+            point.client_cpu_max_pct = 100.0 * max(shares)
             point.send_lag_max_us = max(r.send_lag_max_us for r in parts)
             point.held_back = sum(r.held_back for r in parts)
             point.connections = sum(live_by_worker.values())
@@ -229,7 +237,9 @@ def summarize_messages(
     window_delivered = sum(p.delivered for p in in_window)
     if window_delivered:
         summary.broker_cpu_per_1k_s = 1000.0 * summary.broker_cpu_s / window_delivered
-    summary.client_cpu_pct_max = max((p.client_cpu_max_pct for p in in_window), default=0.0)
+    # the client's peak while publishing (a drain that empties a backlog at full speed says
+    # nothing about whether the client could offer the rate)
+    summary.client_cpu_pct_max = max((p.client_cpu_max_pct for p in in_rate), default=0.0)
     _client_figures(summary, in_window, aggregator.interval_s)
     summary.send_lag_max_us = max((p.send_lag_max_us for p in in_window), default=0)
     if summary.sustained_rate < SATURATION_RATIO * offered_rate:

@@ -71,6 +71,7 @@ class WorkerProcess:
         self.inbox: asyncio.Queue[Start | Stop] = asyncio.Queue()
         self.t0_ns = 0
         self.cpu_mark = time.process_time()
+        self.wall_mark = time.monotonic()
         self.interval_index = 0
         self.interval_handle: asyncio.TimerHandle | None = None
         self.source_cursor = 0
@@ -86,6 +87,8 @@ class WorkerProcess:
             idle_task: asyncio.Task[ConnectStats] | None = None
             if isinstance(command, Start):
                 self.t0_ns = command.t0_ns
+                self.cpu_mark = time.process_time()
+                self.wall_mark = time.monotonic()
                 self._arm_interval()
                 ping_task = asyncio.create_task(self._keepalive(), name="bench-keepalive")
                 if self.publishers:
@@ -290,6 +293,7 @@ class WorkerProcess:
     def _report_interval(self) -> None:
         counters = self.sink.swap()
         cpu = time.process_time()
+        wall = time.monotonic()
         report = IntervalReport(
             worker_index=self.plan.worker_index,
             index=self.interval_index,
@@ -303,10 +307,12 @@ class WorkerProcess:
             send_lag_max_us=counters.send_lag_max_us,
             held_back=counters.held_back,
             cpu_s=cpu - self.cpu_mark,
+            wall_s=wall - self.wall_mark,
             connections=self.sink.live,
             connection_losses=counters.connection_losses,
         )
         self.cpu_mark = cpu
+        self.wall_mark = wall
         self.pipe.send(report)
 
     async def _keepalive(self) -> None:

@@ -97,6 +97,17 @@ class ClusterHub:
         finally:
             self._dialing.discard(node)
 
+    async def reachable(self, address: str) -> bool:
+        """Whether a node link port accepts connections (a killed node's refuses at once)."""
+        host, _, port = address.rpartition(":")
+        try:
+            async with asyncio.timeout(1.0):
+                _, writer = await asyncio.open_connection(host, int(port))
+        except (OSError, TimeoutError, ValueError):
+            return False
+        writer.close()
+        return True
+
     def _spawn(self, coro: object) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
         self._tasks.add(task)

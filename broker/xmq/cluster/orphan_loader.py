@@ -13,7 +13,13 @@ import logging
 
 import redis.asyncio as aioredis
 
-from xmq.cluster.route_table import NO_LOCAL, RETAIN_AS_PUBLISHED, OrphanSub, RouteTable
+from xmq.cluster.route_table import (
+    NO_LOCAL,
+    RETAIN_AS_PUBLISHED,
+    OrphanIndex,
+    OrphanSub,
+    RouteTable,
+)
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.records import NodeLease, SessionOwner
 from xmq.contract.subscription_record import decode_subscription
@@ -23,19 +29,48 @@ log = logging.getLogger("xmq.cluster.orphans")
 MAX_SESSIONS = 100_000
 
 
+class PendingOrphans:
+    """Sessions of an owner that still had a lease when this node started."""
+
+    __slots__ = ("address", "index")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.index = OrphanIndex()
+
+    def adopt_into(self, table: RouteTable) -> None:
+        for client_id, filters in self.index.by_client.items():
+            for topic_filter in filters:
+                orphan = self.index.tree.get(topic_filter, client_id)
+                if orphan is not None:
+                    table.orphans.add(client_id, topic_filter, orphan)
+
+
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-async def load_orphans(client: aioredis.Redis, keys: ClusterKeys, table: RouteTable) -> int:
-    """Add every dead owner's persistent subscriptions to ``table.orphans``; return sessions."""
+async def load_orphans(
+    client: aioredis.Redis,
+    keys: ClusterKeys,
+    table: RouteTable,
+    pending: dict[tuple[str, int], PendingOrphans],
+) -> int:
+    """Add every dead owner's persistent subscriptions to ``table.orphans``; return sessions.
+
+    Sessions of an owner whose lease is still there go to ``pending`` (keyed by owner): the
+    caller orphans them once that owner proves unreachable or its lease goes.
+    """
     members = [_text(m) for m in await client.smembers(keys.members())]
     epochs: dict[str, int] = {}
+    addresses: dict[str, str] = {}
     candidates: set[str] = {_text(c) for c in await client.smembers(keys.orphaned_sessions())}
     for node in members:
         raw = await client.get(keys.lease(node))
         if raw is not None:
-            epochs[node] = NodeLease.from_json(raw).epoch
+            lease = NodeLease.from_json(raw)
+            epochs[node] = lease.epoch
+            addresses[node] = lease.address
         candidates.update(_text(c) for c in await client.smembers(keys.node_sessions(node)))
         if len(candidates) > MAX_SESSIONS:
             log.warning("more than %d persistent sessions: orphans not preloaded", MAX_SESSIONS)
@@ -46,8 +81,12 @@ async def load_orphans(client: aioredis.Redis, keys: ClusterKeys, table: RouteTa
         if raw_owner is None:
             continue
         owner = SessionOwner.from_json(raw_owner)
-        if epochs.get(owner.node_id) == owner.epoch:
-            continue  # alive: its link snapshot announces the session
+        key = (owner.node_id, owner.epoch)
+        target = table.orphans
+        if epochs.get(owner.node_id) == owner.epoch:  # a lease: alive, or killed just now
+            if key not in pending:
+                pending[key] = PendingOrphans(addresses[owner.node_id])
+            target = pending[key].index
         subs = await client.hgetall(keys.session_subscriptions(client_id))
         for raw_sub in subs.values():
             try:
@@ -59,7 +98,7 @@ async def load_orphans(client: aioredis.Redis, keys: ClusterKeys, table: RouteTa
             flags = (NO_LOCAL if sub.no_local else 0) | (
                 RETAIN_AS_PUBLISHED if sub.retain_as_published else 0
             )
-            orphan = OrphanSub((owner.node_id, owner.epoch), sub.qos, flags)
-            table.orphans.add(client_id, sub.topic_filter, orphan)
+            orphan = OrphanSub(key, sub.qos, flags)
+            target.add(client_id, sub.topic_filter, orphan)
         loaded += 1
     return loaded

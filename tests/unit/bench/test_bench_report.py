@@ -209,3 +209,12 @@ def test_charts_are_png_files(tmp_path: Path) -> None:
     (path,) = write_charts(runs, tmp_path)
     assert path.name == "fanout-1000-xmq-vs-mosquitto.png"
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_late_report_is_divided_by_the_time_it_covers() -> None:
+    aggregator = IntervalAggregator(1.0, 1)
+    late = _report(0, 1000, 500, cpu_s=1.8)
+    late.wall_s = 2.0  # the saturated worker's timer fired a second late
+    aggregator.add_report(late)
+    (point,) = aggregator.points()
+    assert point.client_cpu_max_pct == pytest.approx(90.0)

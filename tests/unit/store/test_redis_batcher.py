@@ -84,4 +84,3 @@ async def test_connect_path_fails_fast_without_redis() -> None:
     with pytest.raises(RedisConnectionLost):
         await batcher.call_script("return 1", (), ())
     await batcher.close()
-
