@@ -31,6 +31,6 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 USER 10001:10001
 WORKDIR /home/xmq
 # MQTT, MQTT over TLS, cluster links, health/metrics
-EXPOSE 1884 8883 7884 9090
+EXPOSE 1884 8884 7884 9090
 ENTRYPOINT []
 CMD ["xmq", "serve"]
