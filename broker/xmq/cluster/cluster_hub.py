@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+from collections import deque
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_frames as frames
@@ -154,7 +155,33 @@ class ClusterHub:
     def _drop_link(self, link: PeerLink, orphan: bool) -> None:
         if self.links.get(link.peer_node) is link:
             del self.links[link.peer_node]
-        self.table.forget_node(link.peer_node, link.peer_epoch, orphan and self.store is not None)
+        fresh = self.table.forget_node(
+            link.peer_node, link.peer_epoch, orphan and self.store is not None
+        )
+        unconfirmed, link.unconfirmed = link.unconfirmed, deque()
+        if len(fresh):
+            # Messages forwarded to the node that it had not confirmed as recorded when the
+            # link died: append them for its persistent sessions.
+            for _, message in unconfirmed:
+                self._to_orphans(fresh, message)
+        pending, link.shared_out = link.shared_out, {}
+        for group, topic_filter, message in pending.values():
+            self._redispatch_shared(group, topic_filter, message, exclude=link.peer_node)
+
+    def _redispatch_shared(
+        self, group: str, topic_filter: str, message: Message, exclude: str
+    ) -> None:
+        """A shared-group message its chosen node did not take: another member gets it."""
+        broker = self.broker
+        local = broker.shared.get_group(group, topic_filter)
+        if local is not None and len(local.members):
+            broker.publish_shared_from_peer(group, topic_filter, message)
+            return
+        remote = self.table.shares.get_group(group, topic_filter)
+        if remote is not None and any(node != exclude for node in remote.members):
+            self.forward_shared(group, topic_filter, message)
+            return
+        broker.stats.messages_dropped += 1
 
     def close_links(self) -> None:
         for link in list(self._all_links):
@@ -236,6 +263,7 @@ class ClusterHub:
             topic = message.topic
             sent: set[str] = set()
             data = b""
+            durable_nodes = table.durable
             for node, _ in table.routes.match(topic):
                 if node in sent:
                     continue
@@ -244,14 +272,14 @@ class ClusterHub:
                     continue
                 if not data:
                     data = frames.publish(self.encode(message, message.qos, message.retain))
-                link.send(data)
+                link.send_publish(data, message, bool(durable_nodes.get(node)))
                 sent.add(node)
             if message.retain and len(sent) < len(links):
                 if not data:
                     data = frames.publish(self.encode(message, message.qos, message.retain))
                 for node, link in links.items():
                     if node not in sent:
-                        link.send(data)
+                        link.send_publish(data, message, False)
             count += len(sent)
             if table.shares:
                 shared = self.broker.shared
@@ -284,7 +312,9 @@ class ClusterHub:
             link = self.links.get(node)
             if link is not None:
                 record = self.encode(message, message.qos, False)
-                link.send(frames.shared(group, topic_filter, record))
+                link.shared_seq = sequence = (link.shared_seq + 1) & 0xFFFFFFFF
+                link.shared_out[sequence] = (group, topic_filter, message)
+                link.send(frames.shared(sequence, group, topic_filter, record))
                 return True
             tried.add(node)
 
@@ -354,6 +384,10 @@ class ClusterHub:
             self.received += 1
             message = self._message(body)[0]
             self.broker.publish_from_peer(message)
+            link.published_in += 1
+            if not link.ack_pending:
+                link.ack_pending = True
+                self._spawn(self._confirm_publishes(link))
             if len(table.moved):
                 self._to_orphans(table.moved, message)
             return
@@ -375,9 +409,17 @@ class ClusterHub:
         elif kind == Kind.DGONE:
             table.durable_gone(node, link.peer_epoch, reader.text(), self.store is not None)
         elif kind == Kind.SHARED:
-            group, topic_filter = reader.text(), reader.text()
+            sequence, group, topic_filter = reader.u32(), reader.text(), reader.text()
             message = self._message(reader.rest())[0]
-            self.broker.publish_shared_from_peer(group, topic_filter, message)
+            self.broker.publish_shared_from_peer(
+                group, topic_filter, message, lambda: link.confirm_shared(sequence)
+            )
+        elif kind == Kind.PUBLISH_ACK:
+            link.confirmed(reader.u64())
+        elif kind == Kind.SHARED_ACK:
+            out = link.shared_out
+            for _ in range(reader.u32()):
+                out.pop(reader.u32(), None)
         elif kind == Kind.DIRECT:
             client_id = reader.text()
             message, qos, retain, ids = self._message(reader.rest())
@@ -410,6 +452,18 @@ class ClusterHub:
             loop.call_later(0.005, self._deliver_direct, *args)
             return
         broker.deliver_direct(client_id, message, qos, retain, ids)
+
+    async def _confirm_publishes(self, link: PeerLink) -> None:
+        """Tell the sender how many PUBLISH frames are in our records (one ack per flush)."""
+        await asyncio.sleep(0)  # let this tick's frames be handled first
+        count = link.published_in
+        if self.store is not None:
+            await self.store.flush()
+        link.ack_pending = False
+        link.send(frames.publish_ack(count))
+        if link.published_in != count and not link.ack_pending:
+            link.ack_pending = True
+            self._spawn(self._confirm_publishes(link))
 
     # -- takeover -----------------------------------------------------------------------------
 

@@ -27,10 +27,12 @@ class Kind(enum.IntEnum):
     DSUB = 4  # u8 added, client id, key, filter, u8 qos, u8 flags
     DGONE = 5  # client id
     PUBLISH = 6  # record
-    SHARED = 7  # group, filter, record
+    SHARED = 7  # u32 sequence, group, filter, record
     DIRECT = 8  # client id, record
     TAKEOVER = 9  # u32 request, client id, u64 expected epoch
     TAKEOVER_DONE = 10  # u32 request, u8 ok
+    SHARED_ACK = 11  # u32 count, u32 sequence each: those SHARED frames were acknowledged
+    PUBLISH_ACK = 12  # u64 count: PUBLISH frames received so far and in the receiver's records
 
 
 def _str(value: str) -> bytes:
@@ -76,8 +78,16 @@ def publish(record: bytes) -> bytes:
     return frame(Kind.PUBLISH, record)
 
 
-def shared(group: str, topic_filter: str, record: bytes) -> bytes:
-    return frame(Kind.SHARED, _str(group), _str(topic_filter), record)
+def shared(sequence: int, group: str, topic_filter: str, record: bytes) -> bytes:
+    return frame(Kind.SHARED, _U32.pack(sequence), _str(group), _str(topic_filter), record)
+
+
+def publish_ack(count: int) -> bytes:
+    return frame(Kind.PUBLISH_ACK, _U64.pack(count))
+
+
+def shared_ack(sequences: list[int]) -> bytes:
+    return frame(Kind.SHARED_ACK, _U32.pack(len(sequences)), b"".join(map(_U32.pack, sequences)))
 
 
 def direct(client_id: str, record: bytes) -> bytes:

@@ -6,20 +6,25 @@ import asyncio
 import contextlib
 import logging
 import socket
-from typing import TYPE_CHECKING, cast
+from collections import deque
+from typing import TYPE_CHECKING, Any, cast
 
-from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello
+from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello, shared_ack
 
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
 
 log = logging.getLogger("xmq.cluster.link")
 
+MAX_UNCONFIRMED = 100_000
+"""PUBLISH frames kept for a peer that has not confirmed them (bounds memory if it stalls)."""
+
 
 class PeerLink(asyncio.Protocol):
     """A node link; the hub learns the peer's node id and epoch from its HELLO."""
 
     __slots__ = (
+        "_ack_scheduled",
         "_decoder",
         "_out",
         "_scheduled",
@@ -27,7 +32,14 @@ class PeerLink(asyncio.Protocol):
         "hub",
         "peer_epoch",
         "peer_node",
+        "ack_pending",
+        "published_in",
+        "published_out",
+        "received_shared",
+        "shared_out",
+        "shared_seq",
         "transport",
+        "unconfirmed",
     )
 
     def __init__(self, hub: ClusterHub) -> None:
@@ -39,6 +51,17 @@ class PeerLink(asyncio.Protocol):
         self._decoder = FrameDecoder()
         self._out: list[bytes] = []
         self._scheduled = False
+        # shared-group messages sent and not yet confirmed: re-dispatched if the link dies
+        self.shared_seq = 0
+        self.shared_out: dict[int, tuple[str, str, Any]] = {}
+        self.received_shared: list[int] = []
+        # PUBLISH frames: sent (count), and those for a node with persistent sessions kept
+        # until it confirms they are in its records; received (count) for our confirmations
+        self.published_out = 0
+        self.unconfirmed: deque[tuple[int, Any]] = deque()
+        self.published_in = 0
+        self.ack_pending = False
+        self._ack_scheduled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -82,6 +105,34 @@ class PeerLink(asyncio.Protocol):
         out, self._out = self._out, []
         if self.transport is not None and not self.closed and out:
             self.transport.writelines(out)
+
+    def send_publish(self, data: bytes, message: Any, keep: bool) -> None:
+        """Send a PUBLISH frame; ``keep`` it until the peer confirms it is recorded."""
+        self.published_out += 1
+        if keep:
+            unconfirmed = self.unconfirmed
+            unconfirmed.append((self.published_out, message))
+            if len(unconfirmed) > MAX_UNCONFIRMED:
+                unconfirmed.popleft()
+        self.send(data)
+
+    def confirmed(self, count: int) -> None:
+        """The peer has the first ``count`` PUBLISH frames in its records."""
+        unconfirmed = self.unconfirmed
+        while unconfirmed and unconfirmed[0][0] <= count:
+            unconfirmed.popleft()
+
+    def confirm_shared(self, sequence: int) -> None:
+        """A SHARED frame's message was acknowledged by its member (one ack frame per tick)."""
+        self.received_shared.append(sequence)
+        if not self._ack_scheduled:
+            self._ack_scheduled = True
+            asyncio.get_running_loop().call_soon(self._send_shared_ack)
+
+    def _send_shared_ack(self) -> None:
+        self._ack_scheduled = False
+        acked, self.received_shared = self.received_shared, []
+        self.send(shared_ack(acked))
 
     def close(self) -> None:
         if self.transport is not None and not self.closed:

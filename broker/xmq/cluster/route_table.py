@@ -106,16 +106,22 @@ class RouteTable:
             entry = OrphanSub((node, epoch), durable.qos, durable.flags)
             self.orphans.add(client_id, durable.topic_filter, entry)
 
-    def forget_node(self, node: str, epoch: int, orphan: bool) -> None:
-        """A node's link is gone: drop its routes; its persistent sessions become orphans."""
+    def forget_node(self, node: str, epoch: int, orphan: bool) -> OrphanIndex:
+        """A node's link is gone: drop its routes; its persistent sessions become orphans.
+
+        Returns the entries orphaned now (for messages the node may not have recorded).
+        """
+        fresh = OrphanIndex()
         for topic_filter in [f for f, key, _ in self.routes.items() if key == node]:
             self.routes.remove(topic_filter, node)
         for group in self.shares.groups_of(node):
             self.shares.remove(group.group, group.topic_filter, node)
         sessions = self.durable.pop(node, {})
         if not orphan:
-            return
+            return fresh
         for client_id, subs in sessions.items():
             for durable in subs.values():
                 entry = OrphanSub((node, epoch), durable.qos, durable.flags)
                 self.orphans.add(client_id, durable.topic_filter, entry)
+                fresh.add(client_id, durable.topic_filter, entry)
+        return fresh

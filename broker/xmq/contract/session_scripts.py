@@ -75,6 +75,9 @@ if ARGV[5] == '1' then
   redis.call('SADD', KEYS[2], ARGV[8])
   redis.call('HSET', KEYS[8], 'protocol_version', ARGV[10], 'expiry_interval', ARGV[11])
   redis.call('HDEL', KEYS[8], 'disconnected_at')
+  for i = 4, 8 do
+    redis.call('PERSIST', KEYS[i])  -- connected again: no expiry while the client is here
+  end
 else
   redis.call('SREM', KEYS[2], ARGV[8])
   if ARGV[4] ~= '1' then

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
@@ -354,14 +355,44 @@ class Broker(AuthEvents):
                 count += 1
         return count
 
-    def publish_shared_from_peer(self, group: str, topic_filter: str, message: Message) -> bool:
-        """Another node picked this node for a shared group: deliver to one local member."""
+    def publish_shared_from_peer(
+        self,
+        group: str,
+        topic_filter: str,
+        message: Message,
+        on_done: Callable[[], None] | None = None,
+    ) -> bool:
+        """Another node picked this node for a shared group: deliver to one local member.
+
+        ``on_done`` runs once the member has acknowledged it (at once for QoS 0), or when it
+        was handed to another member because this one went away.
+        """
         found = self.shared.get_group(group, topic_filter)
-        if found is None:
+        picked = None if found is None else found.pick_excluding(self._offline_members(found))
+        if picked is None and found is not None:
+            picked = found.pick()  # only offline members: queue for one of them
+        if picked is None:
             self.stats.drop("shared_group_gone")
+            if on_done is not None:
+                on_done()
             return False
+        session, sub = picked
         now = self.now() if message.expires_at is not None else 0.0
-        return self._deliver_shared(found, message, now, ())
+        qos = min(sub.qos, message.qos)
+        ids = (sub.identifier,) if sub.identifier else _NO_IDS
+        if qos == 0:
+            if on_done is not None:
+                on_done()
+            return session.deliver(message, 0, False, ids, sub, now)
+        delivery = Delivery(message, qos, False, ids, sub)
+        delivery.on_done = on_done
+        if session.store is not None:
+            return session.store.record(session, delivery, now)
+        return session.deliver_recorded(delivery, now)
+
+    @staticmethod
+    def _offline_members(group: SharedGroup[Session, Subscription]) -> set[Session]:
+        return {session for session in group.members if session.connection is None}
 
     def deliver_direct(
         self, client_id: str, message: Message, qos: int, retain: bool, ids: tuple[int, ...]
@@ -429,10 +460,17 @@ class Broker(AuthEvents):
         if share is None or share.share_group is None:
             return
         group = self.shared.get_group(share.share_group, share.topic_filter)
+        if group is not None and self._deliver_shared(
+            group, delivery.message, self.now(), (share.session,)
+        ):
+            return
+        cluster = self.cluster
+        if cluster is not None and cluster.forward_shared(
+            share.share_group, share.topic_filter, delivery.message
+        ):
+            return
         if group is None:
             self.stats.drop("shared_group_gone")
-            return
-        self._deliver_shared(group, delivery.message, self.now(), (share.session,))
 
     def retained_for(self, topic_filter: str) -> list[Message]:
         """Retained messages matching a filter (expired ones removed on the way)."""

@@ -8,6 +8,7 @@ under a packet id until acknowledged. QoS 0 goes straight to the connection or i
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
@@ -65,6 +66,7 @@ class Delivery:
 
     __slots__ = (
         "message",
+        "on_done",
         "packet_id",
         "qos",
         "record",
@@ -90,6 +92,7 @@ class Delivery:
         self.released = False  # QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
         self.share = share
         self.record: bytes | None = None  # durable record (persistent sessions in a cluster)
+        self.on_done: Callable[[], None] | None = None  # told when acknowledged (cluster)
 
 
 class QueueLimits:
@@ -257,10 +260,13 @@ class Session:
     def acknowledge(self, packet_id: int, now: float) -> Delivery | None:
         """PUBACK (QoS 1) or PUBCOMP (QoS 2) received: the delivery is complete."""
         delivery = self.inflight.pop(packet_id, None)
-        if delivery is not None and self.store is not None:
-            self.store.acknowledged(self, delivery)
-        if delivery is not None and self.queue:
-            self.pump(now)
+        if delivery is not None:
+            if self.store is not None:
+                self.store.acknowledged(self, delivery)
+            if delivery.on_done is not None:
+                delivery.on_done()
+            if self.queue:
+                self.pump(now)
         return delivery
 
     def received(self, packet_id: int) -> bool:
@@ -308,6 +314,10 @@ class Session:
                 else:
                     kept.append(delivery)
             self.queue = kept
+        for delivery in taken:  # the caller re-dispatches them: it answers for them now
+            if delivery.on_done is not None:
+                delivery.on_done()
+                delivery.on_done = None
         return taken
 
     def discard_queue(self) -> None:

@@ -140,8 +140,21 @@ class RedisBatcher:
         return len(self._pending) + self._inflight
 
     async def flush(self) -> None:
-        """Wait until everything queued so far has been answered (or given up)."""
-        await self._idle.wait()
+        """Wait until everything queued so far has been answered (later commands may not be).
+
+        A ``PING`` queued behind them is answered after them (replies come in order), so this
+        returns under continuous load too.
+        """
+        if self._idle.is_set():
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def answered(reply: Any) -> None:
+            if not future.done():
+                future.set_result(None)
+
+        self.command("PING", callback=answered)
+        await future
 
     # -- the writer -------------------------------------------------------------------------
 

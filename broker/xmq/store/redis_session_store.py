@@ -23,6 +23,7 @@ from xmq.contract.session_scripts import append_if_owner
 from xmq.core.cluster_ports import NodeIdentity, SubscriptionSpec
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
+from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.session_directory import subscription_json
 
@@ -179,9 +180,23 @@ class RedisSessionStore:
         self.batcher.command("HSET", subs_key, key, subscription_json(spec))
 
     def disconnected(self, session: Session) -> None:
-        self.batcher.command(
-            "HSET", self.keys.session_state(session.client_id), "disconnected_at", time.time()
-        )
+        client_id = session.client_id
+        keys = self.keys
+        self.batcher.command("HSET", keys.session_state(client_id), "disconnected_at", time.time())
+        if session.expiry_s >= SESSION_NEVER_EXPIRES:
+            return
+        # Redis forgets the session when it expires, even if its owner node is dead by then
+        # (the owner's own timer releases it earlier when it lives).
+        ttl = session.expiry_s + 1
+        for key in (
+            keys.session_owner(client_id),
+            keys.session_state(client_id),
+            keys.session_subscriptions(client_id),
+            keys.session_queue(client_id),
+            keys.session_inflight(client_id),
+            keys.session_qos2_inbound(client_id),
+        ):
+            self.batcher.command("EXPIRE", key, ttl)
 
     async def flush(self) -> None:
         await self.batcher.flush()

@@ -181,3 +181,33 @@ def test_node_started_after_the_owner_died_queues_for_it(
         assert [m.payload for m in got] == [str(n).encode() for n in range(10)]
     finally:
         again.disconnect()
+
+
+def test_expired_session_of_a_dead_owner_leaves_redis(
+    fresh_cluster: ClusterNodes, redis_server: RedisServer, uid: str
+) -> None:
+    nodes = fresh_cluster
+    nodes.start(1)
+    nodes.wait_linked(1)
+    client_id = f"{uid}-short"
+    sub = PahoClient(nodes.port(1), client_id)
+    sub.connect(properties=props(PacketTypes.CONNECT, SessionExpiryInterval=1))
+    sub.subscribe(f"{uid}/x", 1)
+    sub.disconnect()
+    time.sleep(0.3)
+    nodes.kill(1)  # the owner's timer never runs: Redis must expire the session itself
+    keys = ClusterKeys(nodes.cluster)
+    client = redis_server.client()
+    try:
+        assert client.exists(keys.session_owner(client_id), keys.session_subscriptions(client_id))
+        wait_for(
+            lambda: (
+                not client.exists(
+                    keys.session_owner(client_id), keys.session_subscriptions(client_id)
+                )
+            ),
+            timeout=5,
+            what="session keys to expire",
+        )
+    finally:
+        client.close()

@@ -111,3 +111,41 @@ def test_persistent_session_survives_kill_9(
     finally:
         again.disconnect()
         live.disconnect()
+
+
+def test_kill_9_of_the_owner_while_messages_flow(
+    fresh_cluster: ClusterNodes, redis_server: RedisServer, uid: str
+) -> None:
+    """max_queued_writes 0: every message was recorded before delivery, so a kill -9 of the
+    owner in the middle of a stream loses nothing (redeliveries are allowed: QoS 1)."""
+    nodes = fresh_cluster
+    nodes.start_many(3)
+    topic = f"{uid}/stream"
+    client_id = f"{uid}-persistent"
+    durable = PahoClient(nodes.port(2), client_id)
+    durable.connect(clean_start=True, properties=EXPIRY)
+    durable.subscribe(topic, 1)
+    routed(nodes.port(2), nodes.port(1), topic, durable)
+    publisher = PahoClient(nodes.port(1), f"{uid}-pub")
+    publisher.connect()
+    total = 3000
+    seen: set[int] = set()
+    for n in range(total):
+        publisher.publish(topic, f"{n}", qos=1, wait=n % 200 == 199, timeout=30)
+        if n == total // 2:
+            nodes.kill(2)
+            _clear_lease_now(redis_server, nodes.cluster, "node-2")
+    publisher.disconnect()
+    durable.close()
+    while not durable.messages.empty():
+        seen.add(int(durable.messages.get().payload))
+    again = PahoClient(nodes.port(3), client_id)
+    result = again.connect(clean_start=False, properties=EXPIRY, timeout=nodes.lease_ttl_s + 10)
+    try:
+        assert result.session_present
+        got = _collect(again, total - len(seen), timeout=30)
+        seen.update(int(m.payload) for m in got)
+        missing = set(range(total)) - seen
+        assert missing == set()
+    finally:
+        again.disconnect()
