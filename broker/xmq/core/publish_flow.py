@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from time import perf_counter
 from typing import TYPE_CHECKING
 
 from xmq.codec.errors import ProtocolError
@@ -84,8 +85,10 @@ def on_publish(conn: ClientConnection, packet: Publish) -> None:
         _refuse_publish(conn, packet, ReasonCode.NOT_AUTHORIZED)
         return
     now = broker.now() if props is not None else 0.0
+    started = perf_counter()
     message = Message(topic, packet.payload, qos, packet.retain, props, session.client_id, now)
     delivered = broker.publish(message)
+    stats.route_seconds.observe(perf_counter() - started)
     if qos == 1:
         _ack(conn, _PUBACK, packet_id, 0 if delivered else ReasonCode.NO_MATCHING_SUBSCRIBERS)
     elif qos == 2:

@@ -2,6 +2,43 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
+#: Upper bounds (seconds) of the routing-latency histogram buckets.
+ROUTE_BUCKETS = (
+    0.000_01,
+    0.000_025,
+    0.000_05,
+    0.000_1,
+    0.000_25,
+    0.000_5,
+    0.001,
+    0.002_5,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+)
+
+
+class LatencyHistogram:
+    """A fixed-bucket histogram, cheap enough to observe once per routed message."""
+
+    __slots__ = ("bounds", "counts", "total", "count")
+
+    def __init__(self, bounds: tuple[float, ...] = ROUTE_BUCKETS) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last bucket is +Inf
+        self.total = 0.0
+        self.count = 0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(self.bounds, seconds)] += 1
+        self.total += seconds
+        self.count += 1
+
 
 class BrokerStats:
     """Counters read by $SYS and the metrics endpoint."""
@@ -23,7 +60,9 @@ class BrokerStats:
         "queued_bytes",
         "received_by_qos",
         "refused_by_reason",
+        "route_seconds",
         "sent_by_qos",
+        "subscribe_refused_by_reason",
     )
 
     def __init__(self) -> None:
@@ -47,6 +86,10 @@ class BrokerStats:
         """PUBLISH packets sent, by QoS."""
         self.dropped_by_reason: dict[str, int] = {}
         """Messages not delivered, by reason (queue_full, budget, oversize, ...)."""
+        self.subscribe_refused_by_reason: dict[int, int] = {}
+        """SUBACK refusals by reason code (0x87 ACL, 0x8F filter, 0x97 quota, ...)."""
+        self.route_seconds = LatencyHistogram()
+        """Time from a PUBLISH read to its bytes queued for every subscriber's connection."""
         self.disconnects_by_reason: dict[int, int] = {}
         """Connections the server closed, by DISCONNECT reason (0x8D keep alive, 0x90 ...)."""
 

@@ -44,6 +44,8 @@ def handle_subscribe(conn: ClientConnection, packet: Subscribe) -> None:
                 conn.close_with(ReasonCode.PROTOCOL_ERROR, "no local on a shared subscription")
                 return
             codes.append(refused.reason_code)
+            refusals = broker.stats.subscribe_refused_by_reason
+            refusals[refused.reason_code] = refusals.get(refused.reason_code, 0) + 1
             continue
         codes.append(sub.qos)
         if messages:

@@ -13,7 +13,12 @@ from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from xmq.codec.reason_codes import ReasonCode
@@ -114,6 +119,27 @@ class BrokerCollector(Collector):
             "Messages dropped (QoS 0 to slow clients, full queues, oversize).",
             stats.messages_dropped,
         )
+        sub_refused = CounterMetricFamily(
+            "xmq_subscriptions_refused",
+            "Subscriptions refused in SUBACK, by reason.",
+            labels=["reason"],
+        )
+        for code, count in sorted(stats.subscribe_refused_by_reason.items()):
+            sub_refused.add_metric([reason_name(code)], count)
+        yield sub_refused
+        route = stats.route_seconds
+        buckets: list[tuple[str, float]] = []
+        cumulative = 0
+        for bound, count in zip(route.bounds, route.counts, strict=False):
+            cumulative += count
+            buckets.append((repr(bound), cumulative))
+        buckets.append(("+Inf", route.count))
+        routing = HistogramMetricFamily(
+            "xmq_route_seconds",
+            "Time from a PUBLISH read to its bytes queued for every matching subscriber.",
+        )
+        routing.add_metric([], buckets, route.total)
+        yield routing
         dropped = CounterMetricFamily(
             "xmq_messages_dropped_by_reason", "Messages dropped, by reason.", labels=["reason"]
         )

@@ -126,3 +126,14 @@ def _expiry(seconds: int) -> Properties:
     props = Properties()
     props.session_expiry_interval = seconds
     return props
+
+
+async def test_refusals_and_routing_time_are_counted() -> None:
+    broker = _broker()
+    conn, link = await connect_client(broker, "c")
+    conn.handle(Subscribe(1, [SubscriptionRequest("a/#/b", 1), SubscriptionRequest("ok", 1)]))
+    assert broker.stats.subscribe_refused_by_reason == {0x8F: 1}
+    conn.handle(Publish("ok", b"x", qos=1, packet_id=7))
+    assert broker.stats.route_seconds.count == 1
+    assert broker.stats.received_by_qos == [0, 1, 0]
+    assert broker.stats.sent_by_qos == [0, 1, 0]

@@ -86,3 +86,18 @@ def test_messages_by_qos_and_drops_by_reason() -> None:
     assert samples[("xmq_messages_dropped_by_reason_total", (("reason", "queue_full"),))] == 2
     assert samples[("xmq_messages_dropped_by_reason_total", (("reason", "memory_budget"),))] == 1
     assert samples[("xmq_messages_dropped_total", ())] == 3
+
+
+def test_subscribe_refusals_and_routing_histogram() -> None:
+    broker = Broker(CoreSettings())
+    stats = broker.stats
+    stats.subscribe_refused_by_reason[ReasonCode.NOT_AUTHORIZED] = 3
+    stats.route_seconds.observe(0.00002)
+    stats.route_seconds.observe(0.003)
+    stats.route_seconds.observe(9.0)
+    samples = _scrape(BrokerCollector(broker, lambda: 0.0, []))
+    assert samples[("xmq_subscriptions_refused_total", (("reason", "not_authorized"),))] == 3
+    assert samples[("xmq_route_seconds_bucket", (("le", "2.5e-05"),))] == 1
+    assert samples[("xmq_route_seconds_bucket", (("le", "0.005"),))] == 2
+    assert samples[("xmq_route_seconds_bucket", (("le", "+Inf"),))] == 3
+    assert samples[("xmq_route_seconds_count", ())] == 3
