@@ -1,5 +1,5 @@
-"""A broker process on a real PostgreSQL account store, administered with the `xmq` CLI:
-changes take effect on connected clients without a restart."""
+"""Broker processes on a real PostgreSQL account store, administered with the `xmq` CLI:
+changes take effect on connected clients of any node without a restart."""
 
 from __future__ import annotations
 
@@ -52,7 +52,14 @@ def test_cli_changes_apply_to_connected_clients(
     assert added.returncode == 0, added.stderr
     rule = _xmq(postgres_dsn, "acl", "add", "allow", "both", "devices/%u/#", "--group", "default")
     assert rule.returncode == 0, rule.stderr
-    broker = start_broker(XMQ_AUTH__POSTGRES_DSN=postgres_dsn, XMQ_AUTH__ALLOW_ANONYMOUS="false")
+    env = {"XMQ_AUTH__POSTGRES_DSN": postgres_dsn, "XMQ_AUTH__ALLOW_ANONYMOUS": "false"}
+    # Two nodes on the same account database: the client sits on the second one, the change
+    # is made with the CLI against the database, and reaches it through LISTEN/NOTIFY.
+    first = start_broker(**env)
+    broker = start_broker(**env)
+    probe, probe_code = _login(first.port, "probe", "dev1", b"s3cret")
+    probe.close()
+    assert probe_code == 0
 
     failed, wrong = _login(broker.port, "c0", "dev1", b"nope")
     failed.close()
