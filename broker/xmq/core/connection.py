@@ -515,6 +515,7 @@ class ClientConnection:
         stats = self.broker.stats
         stats.messages_sent += 1
         stats.sent_by_qos[qos] += 1
+        stats.sent_bytes_by_qos[qos] += len(message.payload)
         return True
 
     def accepts_qos0(self) -> bool:

@@ -35,6 +35,7 @@ def on_publish(conn: ClientConnection, packet: Publish) -> None:
     stats = broker.stats
     stats.messages_received += 1
     stats.received_by_qos[qos] += 1
+    stats.received_bytes_by_qos[qos] += len(packet.payload)
     props = packet.properties
     try:
         if props is not None:

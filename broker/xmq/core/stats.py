@@ -59,9 +59,11 @@ class BrokerStats:
         "publish_denied",
         "queued_bytes",
         "received_by_qos",
+        "received_bytes_by_qos",
         "refused_by_reason",
         "route_seconds",
         "sent_by_qos",
+        "sent_bytes_by_qos",
         "subscribe_refused_by_reason",
     )
 
@@ -84,6 +86,10 @@ class BrokerStats:
         """PUBLISH packets received, by QoS."""
         self.sent_by_qos = [0, 0, 0]
         """PUBLISH packets sent, by QoS."""
+        self.received_bytes_by_qos = [0, 0, 0]
+        """Payload bytes of the PUBLISH packets received, by QoS."""
+        self.sent_bytes_by_qos = [0, 0, 0]
+        """Payload bytes of the PUBLISH packets sent, by QoS."""
         self.dropped_by_reason: dict[str, int] = {}
         """Messages not delivered, by reason (queue_full, budget, oversize, ...)."""
         self.subscribe_refused_by_reason: dict[int, int] = {}

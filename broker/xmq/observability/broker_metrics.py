@@ -114,6 +114,15 @@ class BrokerCollector(Collector):
             by_qos.add_metric(["in", str(qos)], stats.received_by_qos[qos])
             by_qos.add_metric(["out", str(qos)], stats.sent_by_qos[qos])
         yield by_qos
+        bytes_by_qos = CounterMetricFamily(
+            "xmq_publish_payload_bytes",
+            "Payload bytes of PUBLISH packets by direction and QoS.",
+            labels=["direction", "qos"],
+        )
+        for qos in range(3):
+            bytes_by_qos.add_metric(["in", str(qos)], stats.received_bytes_by_qos[qos])
+            bytes_by_qos.add_metric(["out", str(qos)], stats.sent_bytes_by_qos[qos])
+        yield bytes_by_qos
         yield _counter(
             "xmq_messages_dropped",
             "Messages dropped (QoS 0 to slow clients, full queues, oversize).",

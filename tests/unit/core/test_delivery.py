@@ -137,3 +137,5 @@ async def test_refusals_and_routing_time_are_counted() -> None:
     assert broker.stats.route_seconds.count == 1
     assert broker.stats.received_by_qos == [0, 1, 0]
     assert broker.stats.sent_by_qos == [0, 1, 0]
+    assert broker.stats.received_bytes_by_qos == [0, 1, 0]
+    assert broker.stats.sent_bytes_by_qos == [0, 1, 0]

@@ -77,12 +77,15 @@ def test_messages_by_qos_and_drops_by_reason() -> None:
     stats = broker.stats
     stats.received_by_qos[1] += 5
     stats.sent_by_qos[2] += 4
+    stats.sent_bytes_by_qos[2] += 64
     stats.drop("queue_full")
     stats.drop("queue_full")
     stats.drop("memory_budget")
     samples = _scrape(BrokerCollector(broker, lambda: 0.0, []))
     assert samples[("xmq_publish_packets_total", (("direction", "in"), ("qos", "1")))] == 5
     assert samples[("xmq_publish_packets_total", (("direction", "out"), ("qos", "2")))] == 4
+    out_bytes = (("direction", "out"), ("qos", "2"))
+    assert samples[("xmq_publish_payload_bytes_total", out_bytes)] == 64
     assert samples[("xmq_messages_dropped_by_reason_total", (("reason", "queue_full"),))] == 2
     assert samples[("xmq_messages_dropped_by_reason_total", (("reason", "memory_budget"),))] == 1
     assert samples[("xmq_messages_dropped_total", ())] == 3
