@@ -49,7 +49,12 @@ def _clear_lease_now(redis_server: RedisServer, cluster: str, node_id: str) -> N
         client.close()
 
 
-CASES = [("qos1", 1, "expire"), ("qos1", 1, "cleared"), ("qos2", 2, "cleared")]
+CASES = [
+    ("qos1", 1, "expire"),
+    ("qos1", 1, "cleared"),
+    ("qos2", 2, "expire"),
+    ("qos2", 2, "cleared"),
+]
 
 
 @pytest.mark.parametrize(
@@ -67,7 +72,7 @@ def test_persistent_session_survives_kill_9(
     nodes.start_many(4)
     topic = f"{uid}/seed"
     client_id = f"{uid}-persistent"
-    total = MESSAGES if name == "qos1" and lease == "cleared" else 2_000
+    total = MESSAGES
 
     durable = PahoClient(nodes.port(3), client_id)
     durable.connect(clean_start=True, properties=EXPIRY)
