@@ -298,6 +298,24 @@ class Broker(AuthEvents):
 
     def publish(self, message: Message) -> int:
         """Route a message to every matching subscription; return the number of deliveries."""
+        count = self.publish_from_peer(message)
+        cluster = self.cluster
+        if cluster is not None:
+            count += cluster.forward(message)
+        if len(self.shared):
+            now = self.now() if message.expires_at is not None else 0.0
+            for group in self.shared.match(message.topic):
+                if (
+                    cluster is not None and self._shared_elsewhere(cluster, group, message)
+                ) or self._deliver_shared(group, message, now, ()):
+                    count += 1
+        return count
+
+    # -- cluster entry points ---------------------------------------------------------------
+
+    def publish_from_peer(self, message: Message) -> int:
+        """Retained store and local non-shared subscribers: all of a message another node
+        routed here, and the first step of ``publish``."""
         topic = message.topic
         if message.retain:
             if message.payload:
@@ -317,41 +335,6 @@ class Broker(AuthEvents):
                 continue
             qos = sub.qos if sub.qos < mqos else mqos
             if session.deliver(message, qos, retain and sub.retain_as_published, ids, None, now):
-                count += 1
-        cluster = self.cluster
-        if cluster is not None:
-            count += cluster.forward(message)
-        if len(self.shared):
-            for group in self.shared.match(topic):
-                if (
-                    cluster is not None and self._shared_elsewhere(cluster, group, message)
-                ) or self._deliver_shared(group, message, now, ()):
-                    count += 1
-        return count
-
-    # -- cluster entry points ---------------------------------------------------------------
-
-    def publish_from_peer(self, message: Message) -> int:
-        """A message another node routed here: local non-shared subscribers only."""
-        topic = message.topic
-        if message.retain:
-            if message.payload:
-                self.retained.set(topic, message)
-            else:
-                self.retained.delete(topic)
-        plan = self._plans.entries.get(topic)
-        if plan is None:
-            plan = self._plan(topic)
-        now = self.now() if message.expires_at is not None else 0.0
-        origin = message.origin
-        mqos = message.qos
-        count = 0
-        for session, sub, ids in plan:
-            if sub.no_local and session.client_id == origin:
-                continue
-            qos = sub.qos if sub.qos < mqos else mqos
-            retain = message.retain and sub.retain_as_published
-            if session.deliver(message, qos, retain, ids, None, now):
                 count += 1
         return count
 
