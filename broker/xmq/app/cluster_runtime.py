@@ -26,6 +26,7 @@ from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_session_store import RedisSessionStore
+from xmq.store.retained_sync import RedisRetainedSync
 from xmq.store.session_directory import RedisSessionDirectory
 
 log = logging.getLogger("xmq.app.cluster")
@@ -67,6 +68,9 @@ class ClusterRuntime:
             loop_clock,
         )
         self.hub = ClusterHub(broker, self.identity, self.store)
+        self.retained = RedisRetainedSync(self.batcher, self.keys, broker.retained, loop_clock)
+        self.hub.on_retained = self.retained.touched
+        self._redis_url = redis_url
         self.membership: Membership | None = None
         self.pending_orphans: dict[tuple[str, int], PendingOrphans] = {}
         self._peers_task: asyncio.Task[None] | None = None
@@ -120,8 +124,16 @@ class ClusterRuntime:
         broker.directory = self.directory
         broker.cluster = self.hub
         broker.store = self.store
+        broker.retained_sync = self.retained
         self.membership.start()
+        self.retained.begin_load()  # changes arriving over the links from now on are newer
         await self._link_peers()
+        try:
+            async with asyncio.timeout(30):
+                loaded = await self.retained.load(self._redis_url, self.batcher.timeout_s)
+            log.info("%d retained messages loaded from redis", loaded)
+        except (OSError, TimeoutError, ValueError, ConnectionError) as error:
+            log.warning("could not load retained messages: %s", error)
         self._peers_task = asyncio.get_running_loop().create_task(
             self._peer_loop(), name="cluster-peers"
         )

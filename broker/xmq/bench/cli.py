@@ -27,9 +27,9 @@ from xmq.bench.scenarios import (
     persistence,
 )
 from xmq.bench.steps import ladder_verdicts, rate_ladder_summary
+from xmq.bench.survivability_cli import add_survivability_arguments, survivability_main
 
 SCENARIOS = ("fanout", "p2p", "fanin", "connections", "persistence")
-LATER = ("survivability",)
 
 
 def _rates(text: str) -> list[float]:
@@ -160,8 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reconnect-after", type=float, default=3.0, help="seconds after the kill")
     p.add_argument("--mqtt", choices=("5", "3.1.1"), default="5")
     p.add_argument("--json", default=None, metavar="PATH", help="JSON line ('-' = stdout)")
-    for name in LATER:
-        sub.add_parser(name, help="(needs a cluster: not implemented yet)")
+    p = sub.add_parser(
+        "survivability", help="steady persistent p2p while one node is killed and restarted"
+    )
+    add_survivability_arguments(p)
     return parser
 
 
@@ -244,9 +246,8 @@ def _options(args: argparse.Namespace) -> CommonOptions:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if args.scenario in LATER:
-        print(f"xmq bench {args.scenario}: not implemented yet (needs a cluster)", file=sys.stderr)
-        return 2
+    if args.scenario == "survivability":
+        return survivability_main(args)
     if args.scenario == "migration":
         return _migration(args)
     kinds = ["mosquitto"] if args.target == "mosquitto" else ["address"]

@@ -32,6 +32,8 @@ from xmq.core.cluster_ports import DurableStore, NodeIdentity
 from xmq.core.message import Message
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from xmq.core.broker import Broker
     from xmq.core.session import Session, Subscription
 
@@ -65,6 +67,8 @@ class ClusterHub:
         self._server: asyncio.Server | None = None
         self.forwarded = 0
         self.received = 0
+        # Told the topic of each retained change a peer sends (while retained messages load).
+        self.on_retained: Callable[[str], None] | None = None
 
     # -- links ------------------------------------------------------------------------------
 
@@ -383,6 +387,8 @@ class ClusterHub:
         if kind == Kind.PUBLISH:
             self.received += 1
             message = self._message(body)[0]
+            if message.retain and (on_retained := self.on_retained) is not None:
+                on_retained(message.topic)
             self.broker.publish_from_peer(message)
             link.published_in += 1
             if not link.ack_pending:

@@ -22,6 +22,7 @@ from xmq.core.cluster_ports import (
     NodeIdentity,
     RecordedPacketIds,
     RestoredSession,
+    RetainedSync,
     SessionDirectory,
 )
 from xmq.core.message import Message
@@ -63,6 +64,7 @@ class Broker(AuthEvents):
         self.directory: SessionDirectory | None = None
         self.cluster: ClusterRouter | None = None
         self.store: DurableStore | None = None
+        self.retained_sync: RetainedSync | None = None
         self.claiming: dict[str, int] = {}  # client ids with a cluster claim in progress
 
     @property
@@ -302,6 +304,8 @@ class Broker(AuthEvents):
         cluster = self.cluster
         if cluster is not None:
             count += cluster.forward(message)
+            if message.retain and (sync := self.retained_sync) is not None:
+                sync.changed(message)
         if len(self.shared):
             now = self.now() if message.expires_at is not None else 0.0
             for group in self.shared.match(message.topic):

@@ -167,6 +167,14 @@ class ClusterRouter(Protocol):
         ...
 
 
+class RetainedSync(Protocol):
+    """Cluster-wide retained messages: every retained change published on this node goes to
+    Redis (batched per loop tick) so that nodes starting later load it."""
+
+    def changed(self, message: Message) -> None:
+        """A retained PUBLISH (set, or clear with an empty payload) was published here."""
+
+
 class RecordedPacketIds(set[int]):
     """Inbound QoS 2 packet ids of a persistent session, mirrored to the durable store."""
 

@@ -120,7 +120,7 @@ def test_cli_compare_writes_table_json_and_chart(
     assert list((tmp_path / "charts").glob("*.png"))
 
 
-def test_cli_refuses_cluster_scenarios_for_now() -> None:
+def test_cli_survivability_needs_nodes() -> None:
     assert main(["survivability"]) == 2
 
 

@@ -1,0 +1,101 @@
+"""``xmq bench survivability``: arguments and entry point."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from xmq.bench.packets import MQTT_V5, MQTT_V311
+
+
+def _node(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return (host or "127.0.0.1", int(port))
+
+
+def add_survivability_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="cluster node (repeat; at least two): subscriber n on node n mod N, "
+        "publisher n on node n+1 mod N",
+    )
+    p.add_argument(
+        "--kill-node",
+        default=None,
+        metavar="HOST:PORT",
+        help="the node to kill with SIGKILL (one of --node; default: the last)",
+    )
+    p.add_argument("--victim-pid", type=int, default=None, help="its PID (default: by its port)")
+    p.add_argument(
+        "--restart-cmd",
+        default="",
+        metavar="CMD",
+        help="command line that starts the killed node again (shell words; default: no restart)",
+    )
+    p.add_argument("--pairs", type=int, default=200, help="publisher/subscriber pairs")
+    p.add_argument("--rate", type=float, default=1000.0, help="total messages/s")
+    p.add_argument("--duration", type=float, default=30.0, help="seconds of publishing")
+    p.add_argument("--kill-at", type=float, default=10.0, help="seconds after the start")
+    p.add_argument("--restart-after", type=float, default=5.0, help="seconds after the kill")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds per interval")
+    p.add_argument("--drain", type=float, default=20.0, help="seconds to wait for the rest")
+    p.add_argument("--session-expiry", type=int, default=3600)
+    p.add_argument("--mqtt", choices=("5", "3.1.1"), default="5")
+    p.add_argument("--json", default=None, metavar="PATH", help="JSON lines ('-' = stdout)")
+    p.add_argument("--charts", default=None, metavar="DIR", help="write a PNG chart here")
+
+
+def survivability_main(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from xmq.bench.survivability import SurvivabilityOptions, run_survivability
+    from xmq.bench.survivability_result import render_survivability, write_survivability_chart
+
+    nodes = tuple(_node(n) for n in args.node)
+    if len(nodes) < 2:
+        print("xmq bench survivability: give at least two --node HOST:PORT", file=sys.stderr)
+        return 2
+    kill = len(nodes) - 1
+    if args.kill_node is not None:
+        if _node(args.kill_node) not in nodes:
+            print("xmq bench survivability: --kill-node must be one of --node", file=sys.stderr)
+            return 2
+        kill = nodes.index(_node(args.kill_node))
+    options = SurvivabilityOptions(
+        nodes=nodes,
+        kill_node=kill,
+        victim_pid=args.victim_pid,
+        restart_cmd=tuple(shlex.split(args.restart_cmd)),
+        pairs=args.pairs,
+        rate=args.rate,
+        duration_s=args.duration,
+        kill_at_s=args.kill_at,
+        restart_after_s=args.restart_after,
+        interval_s=args.interval,
+        drain_s=args.drain,
+        session_expiry=args.session_expiry,
+        protocol=MQTT_V5 if args.mqtt == "5" else MQTT_V311,
+    )
+    try:
+        result = uvloop.run(run_survivability(options))
+    except (OSError, RuntimeError, ValueError, TimeoutError) as exc:
+        print(f"xmq bench survivability: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    text_out = sys.stderr if args.json == "-" else sys.stdout
+    print(render_survivability(result), file=text_out)
+    if args.json:
+        lines = [json.dumps(r) for r in (*result.interval_records(), result.summary_record())]
+        if args.json == "-":
+            print("\n".join(lines))
+        else:
+            with Path(args.json).open("a", encoding="utf-8") as stream:
+                stream.write("\n".join(lines) + "\n")
+    if args.charts:
+        print(f"chart: {write_survivability_chart(result, Path(args.charts))}", file=text_out)
+    return 0 if result.passed else 3

@@ -1,0 +1,181 @@
+"""Cluster-wide retained messages in Redis (``retained:*`` keys of :mod:`xmq.contract.keys`).
+
+Every retained change published on this node (set, or clear with an empty payload) is written
+with :data:`~xmq.contract.retained_scripts.SET_RETAINED` through the node's
+:class:`~xmq.store.redis_batcher.RedisBatcher`: all changes of one loop tick share one
+pipeline, and the publisher never waits for Redis. A clear writes a tombstone that expires
+after 24 h. At start a node loads every retained record (``retained:index`` then ``MGET``)
+into its in-memory store, skipping tombstones, expired messages and topics that changed live
+(here or over a node link) while it was loading: those changes are newer than the snapshot.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from xmq.codec.property_codec import decode_properties, encode_properties
+from xmq.contract.keys import ClusterKeys
+from xmq.contract.records import RetainedMessage
+from xmq.contract.retained_scripts import RETAINED_TOMBSTONE_TTL_MS, SET_RETAINED
+from xmq.core.message import Message
+from xmq.routing.retained import RetainedStore
+from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.resp_connection import RedisReplyError, RespConnection
+
+log = logging.getLogger("xmq.store.retained")
+
+_PUBLISH = 3
+_PROPERTIES = "mqtt5"
+"""Key of ``RetainedMessage.properties`` holding the base64 MQTT 5 PUBLISH properties."""
+_MGET_CHUNK = 500
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _checked(reply: Any) -> list[Any]:
+    if isinstance(reply, Exception):
+        raise reply
+    if not isinstance(reply, list):
+        raise RedisReplyError(f"unexpected reply {reply!r}")
+    return reply
+
+
+class RedisRetainedSync:
+    """Writes this node's retained changes to Redis and loads the cluster's at start."""
+
+    def __init__(
+        self,
+        batcher: RedisBatcher,
+        keys: ClusterKeys,
+        retained: RetainedStore[Message],
+        loop_clock: Callable[[], float],
+    ) -> None:
+        self.batcher = batcher
+        self.keys = keys
+        self.retained = retained
+        self.clock = loop_clock
+        self.revisions: dict[str, int] = {}
+        self._live: set[str] | None = None  # topics changed while loading
+        self.written = 0
+        self.failures = 0
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def changed(self, message: Message) -> None:
+        topic = message.topic
+        self.touched(topic)
+        record = self.record_of(message)
+        ttl_ms = 0
+        if record.tombstone:
+            ttl_ms = RETAINED_TOMBSTONE_TTL_MS
+        elif message.expires_at is not None:
+            ttl_ms = max(1, math.ceil((message.expires_at - self.clock()) * 1000))
+
+        def written(reply: Any, topic: str = topic) -> None:
+            if isinstance(reply, BaseException):
+                self.failures += 1
+                log.warning("retained change of %r not stored: %s", topic, reply)
+                return
+            self.written += 1
+            if isinstance(reply, int) and reply > self.revisions.get(topic, 0):
+                self.revisions[topic] = reply
+
+        self.batcher.script(
+            SET_RETAINED,
+            (self.keys.retained_revision(), self.keys.retained(topic), self.keys.retained_index()),
+            (record.to_json(), ttl_ms, topic),
+            callback=written,
+        )
+
+    def touched(self, topic: str) -> None:
+        """A retained change of ``topic`` reached this node (locally or over a link)."""
+        live = self._live
+        if live is not None:
+            live.add(topic)
+
+    def record_of(self, message: Message) -> RetainedMessage:
+        """The Redis record of a retained change (revision 1 is replaced by the script)."""
+        if not message.payload:
+            return RetainedMessage(topic=message.topic, revision=1, tombstone=True)
+        properties: dict[str, str | int | list[str]] = {}
+        if message.properties is not None:
+            raw = encode_properties(message.properties, _PUBLISH)
+            properties[_PROPERTIES] = base64.b64encode(raw).decode()
+        expires_at = None
+        if message.expires_at is not None:
+            expires_at = max(0.0, time.time() + (message.expires_at - self.clock()))
+        return RetainedMessage(
+            topic=message.topic,
+            revision=1,
+            qos=message.qos,
+            payload_b64=base64.b64encode(message.payload).decode(),
+            properties=properties,
+            expires_at=expires_at,
+        )
+
+    # -- start ------------------------------------------------------------------------------
+
+    def begin_load(self) -> None:
+        """Start recording live changes (call before the node links to its peers)."""
+        self._live = set()
+
+    async def load(self, url: str, timeout_s: float) -> int:
+        """Load every retained message from Redis; return how many were loaded."""
+        if self._live is None:
+            self._live = set()
+        conn = await RespConnection.open(url, timeout_s)
+        try:
+            index = self.keys.retained_index()
+            topics = [_text(t) for t in _checked(await conn.call("ZRANGE", index, 0, -1))]
+            loaded = 0
+            for start in range(0, len(topics), _MGET_CHUNK):
+                chunk = topics[start : start + _MGET_CHUNK]
+                raws = _checked(await conn.call("MGET", *(self.keys.retained(t) for t in chunk)))
+                for topic, raw in zip(chunk, raws, strict=True):
+                    if raw is not None and self._apply(topic, raw):
+                        loaded += 1
+            return loaded
+        finally:
+            self._live = None
+            conn.close()
+
+    def _apply(self, topic: str, raw: bytes) -> bool:
+        try:
+            record = RetainedMessage.from_json(raw)
+        except ValueError as error:
+            log.warning("malformed retained record of %r: %s", topic, error)
+            return False
+        live = self._live
+        if live is not None and topic in live:
+            return False  # changed since the node started: newer than this snapshot
+        if record.revision <= self.revisions.get(topic, 0):
+            return False
+        self.revisions[topic] = record.revision
+        if record.tombstone:
+            self.retained.delete(topic)
+            return False
+        now = self.clock()
+        remaining: float | None = None
+        if record.expires_at is not None:
+            remaining = record.expires_at - time.time()
+            if remaining <= 0:
+                return False
+        properties = None
+        encoded = record.properties.get(_PROPERTIES)
+        if isinstance(encoded, str) and encoded:
+            data = base64.b64decode(encoded)
+            properties, _ = decode_properties(data, 0, len(data), _PUBLISH)
+        message = Message(
+            topic, base64.b64decode(record.payload_b64), record.qos, True, properties, None, now
+        )
+        if remaining is not None:
+            message.expires_at = now + remaining
+        self.retained.set(topic, message)
+        return True

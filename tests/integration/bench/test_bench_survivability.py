@@ -1,0 +1,173 @@
+"""The survivability scenario against a real 3-node XMQ cluster on loopback (Redis + 3 processes).
+
+Steady persistent point-to-point load; the last node is killed with SIGKILL and restarted from
+its command line; clients of the killed node reconnect elsewhere and resume their sessions.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import uvloop
+
+from xmq.bench.cli import main
+from xmq.bench.migration import pid_listening_on
+from xmq.bench.mosquitto import free_port
+from xmq.bench.survivability import SurvivabilityOptions, run_survivability
+from xmq.bench.survivability_result import render_survivability, write_survivability_chart
+
+pytestmark = pytest.mark.integration
+
+LEASE_TTL_S = 3
+Cluster = tuple[list[tuple[str, int]], list[list[str]]]
+
+
+def _wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        if process.poll() is not None:
+            pytest.fail(f"{what} exited with {process.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                pytest.fail(f"{what} did not listen within 30 s")
+            time.sleep(0.1)
+
+
+def _stop(pid: int) -> None:
+    try:
+        process = psutil.Process(pid)
+        process.terminate()
+        process.wait(timeout=15)
+    except psutil.TimeoutExpired:
+        process.kill()
+    except psutil.NoSuchProcess:
+        pass
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    """Three nodes and one Redis; yields the node addresses and each node's command line."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server missing: scripts/setup-system")
+    processes: list[subprocess.Popen[bytes]] = []
+    nodes: list[tuple[str, int]] = []
+    try:
+        redis_port = free_port()
+        redis = subprocess.Popen(
+            [binary, "--bind", "127.0.0.1", "--port", str(redis_port), "--save", ""]
+            + ["--appendonly", "no"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        processes.append(redis)
+        _wait_listening(redis_port, redis, "redis-server")
+        commands: list[list[str]] = []
+        for index in range(1, 4):
+            port = free_port()
+            config = tmp_path / f"node-{index}.yaml"
+            config.write_text(
+                f"node_id: node-{index}\n"
+                "listeners:\n"
+                f"  - {{name: mqtt, host: 127.0.0.1, port: {port}}}\n"
+                "cluster:\n"
+                f"  redis_url: redis://127.0.0.1:{redis_port}/0\n"
+                "  name: benchsurv\n"
+                f"  lease_ttl_s: {LEASE_TTL_S}\n"
+                "  link_port: 0\n"
+                "metrics: {enabled: false}\n"
+            )
+            command = [sys.executable, "-m", "xmq", "serve", "--config", str(config)]
+            commands.append(command)
+            node = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            processes.append(node)
+            nodes.append(("127.0.0.1", port))
+        for (_, port), node in zip(nodes, processes[1:], strict=True):
+            _wait_listening(port, node, f"node on {port}")
+        time.sleep(LEASE_TTL_S)  # let the nodes see each other
+        yield nodes, commands
+    finally:
+        for _, port in nodes:  # a node restarted by the bench is not one of ``processes``
+            pid = pid_listening_on(port)
+            if pid is not None and pid not in {p.pid for p in processes}:
+                _stop(pid)
+        for process in reversed(processes):
+            if process.poll() is None:
+                process.terminate()
+        for process in processes:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+
+
+def test_load_survives_the_kill_and_restart_of_a_node(cluster: Cluster, tmp_path: Path) -> None:
+    nodes, commands = cluster
+    victim = pid_listening_on(nodes[-1][1])
+    assert victim is not None
+    options = SurvivabilityOptions(
+        nodes=tuple(nodes),
+        restart_cmd=tuple(commands[-1]),
+        pairs=12,
+        rate=120,
+        duration_s=10,
+        kill_at_s=2,
+        restart_after_s=3,
+        interval_s=1.0,
+        drain_s=15,
+        run_id="t",
+    )
+    result = uvloop.run(run_survivability(options))
+    report = render_survivability(result)
+    assert result.victim_pid == victim, report
+    assert result.restarted_pid, report
+    assert result.listening_again_at_s > result.restarted_at_s, report
+    assert result.sent == 12 * 100, report
+    assert result.missing == 0, report
+    assert result.received == result.sent, report
+    assert result.gave_up == 0, report
+    # 4 of the 12 subscribers and 4 of the 12 publishers were on the killed node
+    assert len(result.reconnects) == 8, report
+    assert result.sessions_resumed == 8, report
+    assert result.passed, report
+    assert "PASS" in report
+    assert len(result.intervals) >= 10, report
+    assert sum(p.connection_losses for p in result.intervals) == 8, report
+    assert write_survivability_chart(result, tmp_path / "charts").exists()
+
+
+def test_cli_survivability_writes_json(cluster: Cluster, tmp_path: Path) -> None:
+    nodes, _ = cluster
+    out = tmp_path / "surv.jsonl"
+    argv = ["survivability", "--pairs", "6", "--rate", "60", "--duration", "3"]
+    argv += ["--kill-at", "1", "--json", str(out), "--charts", str(tmp_path / "charts")]
+    for host, port in nodes:
+        argv += ["--node", f"{host}:{port}"]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    summary = records[-1]
+    assert summary["type"] == "summary"
+    assert summary["missing"] == 0
+    assert summary["restarted_pid"] == 0  # no --restart-cmd: the node stays down
+    assert summary["reconnect"]["count"] == 4
+    assert any(r["type"] == "interval" for r in records)
+    assert list((tmp_path / "charts").glob("survivability-*.png"))
+
+
+def test_survivability_needs_two_nodes() -> None:
+    with pytest.raises(ValueError, match="two nodes"):
+        uvloop.run(run_survivability(SurvivabilityOptions(nodes=(("127.0.0.1", 1),))))
+    assert main(["survivability"]) == 2
