@@ -21,11 +21,13 @@ from xmq.cluster.orphan_loader import PendingOrphans, load_orphans
 from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
 from xmq.contract.pod import POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
+from xmq.contract.retained_scripts import SET_RETAINED
 from xmq.contract.session_scripts import APPEND_IF_OWNER, CLAIM_SESSION, RELEASE_SESSION
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_session_store import RedisSessionStore
+from xmq.store.resp_connection import RedisReplyError
 from xmq.store.retained_sync import RedisRetainedSync
 from xmq.store.session_directory import RedisSessionDirectory
 
@@ -71,6 +73,7 @@ class ClusterRuntime:
         self.retained = RedisRetainedSync(self.batcher, self.keys, broker.retained, loop_clock)
         self.hub.on_retained = self.retained.touched
         self._redis_url = redis_url
+        self._reload_task: asyncio.Task[None] | None = None
         self.membership: Membership | None = None
         self.pending_orphans: dict[tuple[str, int], PendingOrphans] = {}
         self._peers_task: asyncio.Task[None] | None = None
@@ -80,6 +83,7 @@ class ClusterRuntime:
         """Bind the link, join the cluster, wire the ports; return the link address."""
         cluster = self.config.cluster
         split_node_id(self.identity.node_id)  # refuse ids the contract cannot carry
+        self.retained.begin_load()  # retained changes arriving over links from now on are newer
         port = await self.hub.listen(cluster.link_host, cluster.link_port)
         host = cluster.advertise_host or os.environ.get(POD_IP_ENV) or cluster.link_host
         self.address = f"{host}:{port}"
@@ -117,7 +121,7 @@ class ClusterRuntime:
                 log.info("%d persistent sessions of dead owners: queued in Redis", orphans)
         except (RedisError, OSError, TimeoutError, ValueError) as error:
             log.warning("could not preload orphaned sessions: %s", error)
-        for text in (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER):
+        for text in (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER, SET_RETAINED):
             await self.lease_client.script_load(text)  # first claims need no EVAL fallback
         broker = self.broker
         broker.identity = self.identity
@@ -126,14 +130,8 @@ class ClusterRuntime:
         broker.store = self.store
         broker.retained_sync = self.retained
         self.membership.start()
-        self.retained.begin_load()  # changes arriving over the links from now on are newer
         await self._link_peers()
-        try:
-            async with asyncio.timeout(30):
-                loaded = await self.retained.load(self._redis_url, self.batcher.timeout_s)
-            log.info("%d retained messages loaded from redis", loaded)
-        except (OSError, TimeoutError, ValueError, ConnectionError) as error:
-            log.warning("could not load retained messages: %s", error)
+        await self._load_retained()
         self._peers_task = asyncio.get_running_loop().create_task(
             self._peer_loop(), name="cluster-peers"
         )
@@ -187,11 +185,27 @@ class ClusterRuntime:
     def _online(self) -> None:
         log.warning("node %s back online (epoch %d)", self.identity.node_id, self.identity.epoch)
         self.hub.close_links()  # links re-form with the new epoch
+        # Retained changes made while this node was offline are in Redis: read them again.
+        self.retained.begin_load()
+        if self._reload_task is None or self._reload_task.done():
+            self._reload_task = asyncio.get_running_loop().create_task(
+                self._load_retained(), name="retained-reload"
+            )
+
+    async def _load_retained(self) -> None:
+        try:
+            async with asyncio.timeout(30):
+                loaded = await self.retained.load(self._redis_url, self.batcher.timeout_s)
+            log.info("%d retained messages loaded from redis", loaded)
+        except (OSError, TimeoutError, ValueError, RedisReplyError) as error:
+            log.warning("could not load retained messages: %s", error)
 
     async def stop(self) -> None:
         """Graceful stop: flush records, drop the lease (sessions become claimable at once)."""
         if self._peers_task is not None:
             self._peers_task.cancel()
+        if self._reload_task is not None:
+            self._reload_task.cancel()
         try:
             async with asyncio.timeout(5):
                 await self.batcher.flush()

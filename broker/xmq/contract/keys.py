@@ -132,7 +132,7 @@ class ClusterKeys:
     # -- retained messages -----------------------------------------------------------------
 
     def retained(self, topic: str) -> str:
-        """Hash of one retained message (see :class:`~xmq.contract.records.RetainedMessage`)."""
+        """String: a :class:`~xmq.contract.records.RetainedMessage` (or tombstone) as JSON."""
         return f"{self.prefix}retained:msg:{_check_part('topic', topic)}"
 
     def retained_index(self) -> str:

@@ -70,6 +70,9 @@ class RetainedMessage(_Record):
     revision: int = Field(ge=1)
     qos: int = Field(default=0, ge=0, le=2)
     payload_b64: str = Field(default="", description="base64 of the payload")
-    properties: dict[str, str | int | list[str]] = Field(default_factory=dict)
+    properties: dict[str, str | int | list[str]] = Field(
+        default_factory=dict,
+        description='"mqtt5": base64 of the MQTT 5 PUBLISH properties (when there are any)',
+    )
     tombstone: bool = False
-    expires_at: float | None = Field(default=None, ge=0)
+    expires_at: float | None = Field(default=None, ge=0, description="Unix time it expires")

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from xmq.codec.errors import ProtocolError
 from xmq.codec.property_codec import decode_properties, encode_properties
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.records import RetainedMessage
@@ -33,6 +34,7 @@ _PUBLISH = 3
 _PROPERTIES = "mqtt5"
 """Key of ``RetainedMessage.properties`` holding the base64 MQTT 5 PUBLISH properties."""
 _MGET_CHUNK = 500
+_SYS = "$SYS/"
 
 
 def _text(value: Any) -> str:
@@ -70,6 +72,8 @@ class RedisRetainedSync:
 
     def changed(self, message: Message) -> None:
         topic = message.topic
+        if topic.startswith(_SYS):
+            return  # this node's own statistics, not cluster-wide state
         self.touched(topic)
         record = self.record_of(message)
         ttl_ms = 0
@@ -169,12 +173,15 @@ class RedisRetainedSync:
                 return False
         properties = None
         encoded = record.properties.get(_PROPERTIES)
-        if isinstance(encoded, str) and encoded:
-            data = base64.b64decode(encoded)
-            properties, _ = decode_properties(data, 0, len(data), _PUBLISH)
-        message = Message(
-            topic, base64.b64decode(record.payload_b64), record.qos, True, properties, None, now
-        )
+        try:
+            if isinstance(encoded, str) and encoded:
+                data = base64.b64decode(encoded)
+                properties, _ = decode_properties(data, 0, len(data), _PUBLISH)
+            payload = base64.b64decode(record.payload_b64)
+        except (ValueError, ProtocolError) as error:
+            log.warning("malformed retained record of %r: %s", topic, error)
+            return False
+        message = Message(topic, payload, record.qos, True, properties, None, now)
         if remaining is not None:
             message.expires_at = now + remaining
         self.retained.set(topic, message)

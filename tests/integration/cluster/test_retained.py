@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import time
 
+import redis
 from paho.mqtt.packettypes import PacketTypes
 
 from tests.support.cluster_nodes import ClusterNodes
 from tests.support.paho_client import PahoClient, props
 from tests.support.redis_server import RedisServer
 from xmq.contract import ClusterKeys, RetainedMessage
+
+
+def _stored(client: redis.Redis, key: str) -> RetainedMessage:
+    raw = client.get(key)
+    assert isinstance(raw, bytes), f"{key} missing"
+    return RetainedMessage.from_json(raw)
 
 
 def _retained_on(port: int, client_id: str, topic_filter: str) -> dict[str, bytes]:
@@ -59,13 +66,10 @@ def test_later_and_restarted_nodes_serve_the_current_retained_set(
     keys = ClusterKeys(fresh_cluster.cluster)
     client = redis_server.client()
     try:
-        tombstone = RetainedMessage.from_json(client.get(keys.retained(f"{uid}/t/2")))
+        tombstone = _stored(client, keys.retained(f"{uid}/t/2"))
         assert tombstone.tombstone
         assert 0 < client.pttl(keys.retained(f"{uid}/t/2")) <= 24 * 3600 * 1000
-        revisions = {
-            topic: RetainedMessage.from_json(client.get(keys.retained(topic))).revision
-            for topic in expected
-        }
+        revisions = {topic: _stored(client, keys.retained(topic)).revision for topic in expected}
         assert revisions[f"{uid}/t/1"] > revisions[f"{uid}/t/4"]  # the replacement is newer
     finally:
         client.close()
