@@ -304,3 +304,17 @@ class BenchConnection(asyncio.Protocol):
             else:
                 transport.write(DISCONNECT_PACKET)
             transport.close()
+
+
+async def wait_closed_or_abort(connections: list[BenchConnection], grace_s: float = 2.0) -> None:
+    """After ``disconnect()``: wait for the connections to close, abort those still open.
+
+    uvloop's ``close()`` keeps a transport until its buffer is written; a peer that no longer
+    reads would keep the event loop from closing at the end of ``uvloop.run``.
+    """
+    pending = [c.closed for c in connections if not c.closed.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=grace_s)
+    for connection in connections:
+        if connection.transport is not None and not connection.closed.done():
+            connection.transport.abort()

@@ -20,7 +20,7 @@ from time import monotonic_ns
 import psutil
 
 from xmq.bench.accounting import SeqTracker
-from xmq.bench.connection import BenchConnection, CounterSink
+from xmq.bench.connection import BenchConnection, CounterSink, wait_closed_or_abort
 from xmq.bench.packets import MQTT_V5, PublishTemplate, encode_connect, encode_subscribe
 from xmq.bench.publish_schedule import PublishSchedule
 
@@ -199,6 +199,7 @@ async def run_migration(options: MigrationOptions) -> MigrationResult:
     for connection in (live, publisher):
         connection.disconnect()
     kept.disconnect(expire_session=True)
+    await wait_closed_or_abort([live, publisher, kept])
     result.elapsed_s = time.monotonic() - started
     return result
 

@@ -23,11 +23,15 @@ from dataclasses import dataclass, field
 from time import monotonic_ns
 
 from xmq.bench.accounting import SeqTracker
-from xmq.bench.connection import BenchConnection, CounterSink
+from xmq.bench.connection import BenchConnection, CounterSink, wait_closed_or_abort
 from xmq.bench.migration import ReceiverTally, pid_listening_on, tally_receiver
 from xmq.bench.packets import MQTT_V5, PublishTemplate, encode_connect, encode_subscribe
 from xmq.bench.publish_schedule import PublishSchedule
 from xmq.bench.survivability_result import IntervalRecord, SurvivabilityResult
+
+RESTARTED: list[subprocess.Popen[bytes]] = []
+"""The nodes this process started again: left running (they are the user's), kept here so that
+the handle outlives the run (a caller may stop them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +262,7 @@ async def _kill_and_restart(run: Run, t0: float) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+    RESTARTED.append(process)
     result.restarted_pid = process.pid
     result.restarted_at_s = time.monotonic() - t0
     deadline = time.monotonic() + 60
@@ -316,6 +321,9 @@ async def run_survivability(options: SurvivabilityOptions) -> SurvivabilityResul
         run.sample(t0)
         for client in (*run.publishers, *run.subscribers):
             client.close()
+        await wait_closed_or_abort(
+            [c.connection for c in (*run.publishers, *run.subscribers) if c.connection is not None]
+        )
     for publisher, subscriber in zip(run.publishers, run.subscribers, strict=True):
         tally: ReceiverTally = tally_receiver(
             subscriber.trackers.get(publisher.index), publisher.sent

@@ -15,14 +15,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 import uvloop
 
 from xmq.bench.cli import main
 from xmq.bench.migration import pid_listening_on
 from xmq.bench.mosquitto import free_port
-from xmq.bench.survivability import SurvivabilityOptions, run_survivability
+from xmq.bench.survivability import RESTARTED, SurvivabilityOptions, run_survivability
 from xmq.bench.survivability_result import render_survivability, write_survivability_chart
 
 pytestmark = pytest.mark.integration
@@ -43,17 +42,6 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> N
             if time.monotonic() > deadline:
                 pytest.fail(f"{what} did not listen within 30 s")
             time.sleep(0.1)
-
-
-def _stop(pid: int) -> None:
-    try:
-        process = psutil.Process(pid)
-        process.terminate()
-        process.wait(timeout=15)
-    except psutil.TimeoutExpired:
-        process.kill()
-    except psutil.NoSuchProcess:
-        pass
 
 
 @pytest.fixture
@@ -99,10 +87,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         time.sleep(LEASE_TTL_S)  # let the nodes see each other
         yield nodes, commands
     finally:
-        for _, port in nodes:  # a node restarted by the bench is not one of ``processes``
-            pid = pid_listening_on(port)
-            if pid is not None and pid not in {p.pid for p in processes}:
-                _stop(pid)
+        processes += RESTARTED  # nodes the bench started again
+        RESTARTED.clear()
         for process in reversed(processes):
             if process.poll() is None:
                 process.terminate()
@@ -132,6 +118,7 @@ def test_load_survives_the_kill_and_restart_of_a_node(cluster: Cluster, tmp_path
     )
     result = uvloop.run(run_survivability(options))
     report = render_survivability(result)
+    print(report)
     assert result.victim_pid == victim, report
     assert result.restarted_pid, report
     assert result.listening_again_at_s > result.restarted_at_s, report

@@ -1,0 +1,62 @@
+"""The survivability result: reconnect distribution, verdict, table and JSON records."""
+
+from __future__ import annotations
+
+import json
+
+from xmq.bench.survivability import SurvivabilityOptions
+from xmq.bench.survivability_cli import _node
+from xmq.bench.survivability_result import (
+    IntervalRecord,
+    SurvivabilityResult,
+    render_survivability,
+)
+
+
+def _result() -> SurvivabilityResult:
+    result = SurvivabilityResult(pairs=4, offered_rate=40, victim="127.0.0.1:2", victim_pid=9)
+    result.sent = result.received = 400
+    result.duplicates = 3
+    result.pairs_hit = {1: (0, 3)}
+    result.reconnects = [0.5, 4.0, 1.0, 2.0]
+    result.reconnect_attempts = [1, 5, 2, 3]
+    result.sessions_resumed = 4
+    result.intervals = [IntervalRecord(1.0, 40, 40, 0, 8, 0, 1.5, 3.0)]
+    result.intervals.append(IntervalRecord(2.0, 40, 37, 3, 6, 2, 2.5, 900.0))
+    return result
+
+
+def test_reconnect_distribution_and_verdict() -> None:
+    result = _result()
+    stats = result.reconnect_stats()
+    assert stats["count"] == 4
+    assert stats["min_s"] == 0.5
+    assert stats["p50_s"] == 2.0
+    assert stats["max_s"] == 4.0
+    assert result.passed  # duplicates are allowed at QoS 1
+    lossy = _result()
+    lossy.missing = 1
+    assert not lossy.passed
+    assert SurvivabilityResult().reconnect_stats() == {}
+
+
+def test_table_and_json_records() -> None:
+    result = _result()
+    text = render_survivability(result)
+    assert "PASS" in text
+    assert "duplicates         3" in text
+    assert "p50 2.00 s" in text
+    summary = json.loads(json.dumps(result.summary_record()))
+    assert summary["type"] == "summary"
+    assert summary["pairs_hit"] == {"1": [0, 3]}
+    assert "intervals" not in summary
+    records = result.interval_records()
+    assert [r["connected"] for r in records] == [8, 6]
+
+
+def test_options() -> None:
+    options = SurvivabilityOptions(nodes=(("h", 1), ("h", 2), ("h", 3)), pairs=4, rate=40)
+    assert options.victim_index == 2
+    assert options.messages_per_publisher == 200
+    assert _node("127.0.0.1:1884") == ("127.0.0.1", 1884)
+    assert _node(":1884") == ("127.0.0.1", 1884)
