@@ -16,9 +16,15 @@ _PLAIN_LENGTH = 0x02
 def plain_puback_ids(data: bytes) -> list[int] | None:
     """The packet ids when ``data`` is one or more complete plain PUBACKs, else None."""
     size = len(data)
+    if size == 4:  # one PUBACK: the usual read of a point-to-point subscriber
+        packet_id = (data[2] << 8) | data[3]
+        if data[0] == _PUBACK_FIRST and data[1] == _PLAIN_LENGTH and packet_id:
+            return [packet_id]
+        return None
     if not size or size & 3 or data[0] != _PUBACK_FIRST:
         return None
     count = size >> 2
     if data[0::4] != b"\x40" * count or data[1::4] != b"\x02" * count:
         return None
-    return [(data[i] << 8) | data[i + 1] for i in range(2, size, 4)]
+    ids = [(data[i] << 8) | data[i + 1] for i in range(2, size, 4)]
+    return None if 0 in ids else ids  # packet id 0 is malformed: the reader says so

@@ -27,10 +27,12 @@ class PacketReader:
     reader holds nothing; the connection is expected to close.
     """
 
-    __slots__ = ("_buffer", "_needed", "max_packet_size", "protocol_version")
+    __slots__ = ("_needed", "max_packet_size", "pending", "protocol_version")
 
     def __init__(self, max_packet_size: int = MAX_PACKET_SIZE, protocol_version: int = 0) -> None:
-        self._buffer = bytearray()
+        self.pending = bytearray()
+        """The start of an incomplete packet (one object for the reader's life: a caller may
+        test it for emptiness instead of calling ``buffered``)."""
         self._needed = 0
         self.max_packet_size = max_packet_size
         self.protocol_version = protocol_version
@@ -38,11 +40,11 @@ class PacketReader:
     @property
     def buffered(self) -> int:
         """Number of bytes received but not yet decoded."""
-        return len(self._buffer)
+        return len(self.pending)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Packet]:
         """Add received bytes; return every packet they complete, in order."""
-        buffer = self._buffer
+        buffer = self.pending
         if buffer:
             buffer += data
             if len(buffer) < self._needed:

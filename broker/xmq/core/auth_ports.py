@@ -128,7 +128,7 @@ class AllowAll:
     __slots__ = ()
 
     def can_publish(self, topic: str, qos: int, retain: bool) -> bool:
-        return not is_reserved_topic(topic)
+        return not topic.startswith(RESERVED_TOPIC_PREFIX)  # is_reserved_topic, inlined
 
     def can_subscribe(self, topic_filter: str, qos: int) -> bool:
         return True

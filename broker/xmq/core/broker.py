@@ -56,7 +56,7 @@ class Broker(AuthEvents):
         self.shared: SharedSubscriptions[Session, Subscription] = SharedSubscriptions()
         self.retained: RetainedStore[Message] = RetainedStore()
         self.connections: set[ClientConnection] = set()
-        self._plans: MatchCache[Plan] = MatchCache()
+        self.plans: MatchCache[Plan] = MatchCache()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
         # Cluster ports (xmq.app wires them when Redis is configured; None on a single node).
@@ -241,7 +241,7 @@ class Broker(AuthEvents):
             self.cluster.subscription_changed(session, sub, True)
         if sub.share_group is None:
             self.subscriptions.add(sub.topic_filter, session, sub)
-            self._plans.invalidate(sub.topic_filter)
+            self.plans.invalidate(sub.topic_filter)
         else:
             self.shared.add(sub.share_group, sub.topic_filter, session, sub)
         return previous is None
@@ -263,11 +263,7 @@ class Broker(AuthEvents):
         else:
             self.shared.remove(sub.share_group, sub.topic_filter, session)
             return
-        self._plans.invalidate(sub.topic_filter)
-
-    def known_topic(self, topic: str) -> bool:
-        """True when the topic was routed before (and so validated): skips re-validation."""
-        return topic in self._plans.entries
+        self.plans.invalidate(sub.topic_filter)
 
     def subscription_count(self) -> int:
         return len(self.subscriptions) + len(self.shared)
@@ -295,7 +291,7 @@ class Broker(AuthEvents):
                 first.retain_as_published or sub.retain_as_published,
             )
             plan[at] = (session, merged, first_ids + ids)
-        self._plans.put(topic, plan)
+        self.plans.put(topic, plan)
         return plan
 
     def publish(self, message: Message) -> int:
@@ -326,7 +322,7 @@ class Broker(AuthEvents):
                 self.retained.set(topic, message)
             else:
                 self.retained.delete(topic)
-        plan = self._plans.entries.get(topic)
+        plan = self.plans.entries.get(topic)
         if plan is None:
             plan = self._plan(topic)
         now = self.now() if message.expires_at is not None else 0.0

@@ -170,7 +170,7 @@ class ClientConnection:
         session = self.session
         if session is None:
             return
-        now = self.broker.now()
+        now = self.last_seen  # the adapter stamped it with the loop's time for this read
         acknowledge = session.acknowledge
         for packet_id in packet_ids:
             acknowledge(packet_id, now)

@@ -41,7 +41,11 @@ class Message:
         properties: Properties | None,
         origin: str | None,
         now: float,
+        wire: EncodedPublish | None = None,
+        wire_version: int = 0,
     ) -> None:
+        """``wire``: the message exactly as a ``wire_version`` client would receive it at its
+        own QoS without retain (the publisher's bytes, when it sent no properties)."""
         self.topic = topic
         self.payload = payload
         self.qos = qos
@@ -60,7 +64,9 @@ class Message:
                 properties = None
         self.properties = properties
         self.expires_at = expires_at
-        self._variants: dict[object, EncodedPublish] = {}
+        self._variants: dict[object, EncodedPublish] = (
+            {} if wire is None else {wire_version << 2 | qos << 1: wire}
+        )
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
@@ -77,11 +83,13 @@ class Message:
     ) -> EncodedPublish:
         """Return ``(head, tail)`` of this message for one wire variant (cached)."""
         remaining = 0
-        if self.expires_at is not None:
-            remaining = max(1, math.ceil(self.expires_at - now))
-        if protocol_version != MQTT_5:
-            key: object = (protocol_version, qos, retain)
+        if self.expires_at is None and not subscription_ids and not alias and send_topic:
+            key: object = protocol_version << 2 | qos << 1 | retain  # the common variants
+        elif protocol_version != MQTT_5:
+            key = protocol_version << 2 | qos << 1 | retain
         else:
+            if self.expires_at is not None:
+                remaining = max(1, math.ceil(self.expires_at - now))
             key = (qos, retain, subscription_ids, alias, send_topic, remaining)
         variant = self._variants.get(key)
         if variant is None:

@@ -16,11 +16,13 @@ from collections.abc import Callable
 from typing import cast
 
 from xmq.codec.errors import ProtocolError
+from xmq.codec.plain_publish import plain_publish
 from xmq.codec.puback_batch import plain_puback_ids
 from xmq.codec.reader import PacketReader
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
 from xmq.core.connection import CONNECTED, ClientConnection
+from xmq.core.publish_flow import route_publish
 
 log = logging.getLogger("xmq.net")
 
@@ -119,11 +121,21 @@ class MqttClientProtocol(asyncio.Protocol):
         conn = self.conn
         conn.last_seen = self._clock()
         self._stats.bytes_received += len(data)
-        if data[0] == 0x40 and conn.state == CONNECTED and not self.reader.buffered:
-            acked = plain_puback_ids(data)  # the common read of a fan-out subscriber
-            if acked is not None:
-                conn.on_pubacks(acked)
-                return
+        if conn.state == CONNECTED and not self.reader.pending:
+            first = data[0]
+            if first == 0x40:
+                acked = plain_puback_ids(data)  # the common read of a fan-out subscriber
+                if acked is not None:
+                    conn.on_pubacks(acked)
+                    return
+            elif first & 0xF0 == 0x30:
+                # one plain PUBLISH: the common read of a device
+                plain = plain_publish(data, conn.version, self.reader.max_packet_size)
+                if plain is not None:
+                    topic, qos, packet_id, payload, head, tail = plain
+                    wire = (head, tail)
+                    route_publish(conn, topic, qos, False, payload, None, packet_id, wire)
+                    return
         try:
             packets = self.reader.feed(data)
         except ProtocolError as error:

@@ -145,7 +145,8 @@ class BrokerCollector(Collector):
         buckets.append(("+Inf", route.count))
         routing = HistogramMetricFamily(
             "xmq_route_seconds",
-            "Time from a PUBLISH read to its bytes queued for every matching subscriber.",
+            "Time from a PUBLISH read to its bytes queued for every matching subscriber "
+            "(sampled: one PUBLISH in 16).",
         )
         routing.add_metric([], buckets, route.total)
         yield routing

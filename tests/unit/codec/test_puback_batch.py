@@ -27,8 +27,19 @@ def test_agrees_with_the_reader(ids: list[int]) -> None:
         b"\x40\x02\x00\x01\x40\x03\x00\x01\x10",
         b"\x40\x02\x00\x01\xc0\x00\x00\x00",  # a PINGREQ after it
         b"\x50\x02\x00\x01",  # PUBREC
+        b"\x40\x02\x00\x00",  # packet id 0: malformed
+        b"\x40\x02\x00\x01\x40\x02\x00\x00",
     ],
-    ids=["empty", "partial", "with-reason", "mixed-lengths", "then-pingreq", "pubrec"],
+    ids=[
+        "empty",
+        "partial",
+        "with-reason",
+        "mixed-lengths",
+        "then-pingreq",
+        "pubrec",
+        "packet-id-0",
+        "second-packet-id-0",
+    ],
 )
 def test_anything_else_is_left_to_the_reader(data: bytes) -> None:
     assert plain_puback_ids(data) is None

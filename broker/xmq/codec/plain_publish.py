@@ -1,0 +1,87 @@
+"""Fast recognition of a read that holds exactly one plain PUBLISH.
+
+A device publishing telemetry sends one QoS 0 or QoS 1 PUBLISH per read, with a topic name, no
+retain flag and (MQTT 5) no properties. Recognising that shape with a few index operations
+skips the general ``PacketReader`` (a packet list, a ``Publish`` object, the dispatch by type).
+Anything else — another packet after it, a partial packet, retain, QoS 2, properties, an empty
+topic (topic alias), a malformed field, a packet over the size limit — returns None and goes
+through the full decoder, which gives malformed input its reason code.
+"""
+
+from __future__ import annotations
+
+PlainPublish = tuple[str, int, int, bytes, bytes, bytes]
+"""(topic, QoS, packet id (0 for QoS 0), payload, head, tail): ``head`` and ``tail`` are the
+packet around its packet id with DUP cleared — the same message as any client of the same
+protocol version receives it at this QoS without retain (see ``encode_publish_parts``)."""
+
+_QOS0 = 0x30
+_QOS1 = 0x32
+_QOS1_DUP = 0x3A
+
+
+def plain_publish(data: bytes, version: int, max_packet_size: int) -> PlainPublish | None:
+    """The fields of ``data`` when it is exactly one plain PUBLISH (see module doc), else None."""
+    first = data[0]
+    if first in (_QOS1, _QOS1_DUP):
+        qos = 1
+    elif first == _QOS0:
+        qos = 0
+    else:
+        return None
+    size = len(data)
+    if size > max_packet_size or size < 5:
+        return None
+    length = data[1]
+    if length < 0x80:
+        pos = 2
+    else:
+        length, pos = _long_length(data, size)
+        if not pos:
+            return None
+    if pos + length != size:
+        return None
+    topic_end = pos + 2 + ((data[pos] << 8) | data[pos + 1])
+    if topic_end == pos + 2:
+        return None  # empty topic: a topic alias (or a protocol error)
+    packet_id = 0
+    if qos:
+        if topic_end + 2 > size:
+            return None
+        packet_id = (data[topic_end] << 8) | data[topic_end + 1]
+        if not packet_id:
+            return None
+        body = topic_end + 2
+    else:
+        body = topic_end
+    if version == 5:
+        if body >= size or data[body]:
+            return None  # properties (or none at all): the full decoder decides
+        body += 1
+    elif body > size:
+        return None
+    try:
+        topic = data[pos + 2 : topic_end].decode()
+    except UnicodeDecodeError:
+        return None
+    if "\x00" in topic:
+        return None
+    if qos:
+        head = data[:topic_end] if first == _QOS1 else bytes((_QOS1,)) + data[1:topic_end]
+        return topic, 1, packet_id, data[body:], head, data[topic_end + 2 :]
+    return topic, 0, 0, data[body:], data[:topic_end], data[topic_end:]
+
+
+def _long_length(data: bytes, size: int) -> tuple[int, int]:
+    """A 2 to 4 byte remaining length at ``data[1]``: (length, header size), or (0, 0)."""
+    length = 0
+    shift = 0
+    index = 1
+    while index < size and index < 5:
+        byte = data[index]
+        index += 1
+        length |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (length, index) if byte else (0, 0)
+        shift += 7
+    return 0, 0

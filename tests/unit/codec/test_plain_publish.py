@@ -1,0 +1,114 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from xmq.codec.packets import Publish
+from xmq.codec.plain_publish import plain_publish
+from xmq.codec.properties import Properties
+from xmq.codec.reader import PacketReader
+from xmq.codec.writer import encode, encode_publish_parts
+
+LIMIT = 1 << 20
+
+topics = st.text(
+    alphabet=st.characters(codec="utf-8", blacklist_characters="\x00+#"),
+    min_size=1,
+    max_size=80,
+)
+
+
+@given(
+    topic=topics,
+    payload=st.binary(max_size=300),
+    qos=st.sampled_from([0, 1]),
+    packet_id=st.integers(min_value=1, max_value=0xFFFF),
+    version=st.sampled_from([4, 5]),
+    dup=st.booleans(),
+)
+def test_agrees_with_the_reader_and_the_encoder(
+    topic: str, payload: bytes, qos: int, packet_id: int, version: int, dup: bool
+) -> None:
+    packet = Publish(
+        topic, payload, qos=qos, packet_id=packet_id if qos else 0, dup=dup and qos > 0
+    )
+    data = encode(packet, version)
+    plain = plain_publish(data, version, LIMIT)
+    assert plain is not None
+    decoded = PacketReader(protocol_version=version).feed(data)
+    assert len(decoded) == 1
+    full = decoded[0]
+    assert isinstance(full, Publish)
+    got_topic, got_qos, got_id, got_payload, head, tail = plain
+    assert (got_topic, got_qos, got_id, got_payload) == (
+        full.topic,
+        full.qos,
+        full.packet_id,
+        full.payload,
+    )
+    # head and tail are what the broker would encode for a subscriber of the same version
+    assert (head, tail) == encode_publish_parts(topic, payload, qos, False, None, version)
+
+
+def _v5(topic: str = "a/b", qos: int = 1, **props: int) -> bytes:
+    properties = Properties(**props) if props else None  # type: ignore[arg-type]
+    return encode(
+        Publish(topic, b"xy", qos=qos, packet_id=9 if qos else 0, properties=properties), 5
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        encode(Publish("a", b"x", qos=2, packet_id=3), 5),
+        encode(Publish("a", b"x", qos=1, packet_id=3, retain=True), 5),
+        _v5(message_expiry_interval=5),
+        _v5(topic_alias=1),
+        encode(Publish("", b"x", qos=1, packet_id=3), 4),
+        b"\x32\x07\x00\x01a\x00\x00\x00x",  # packet id 0: malformed
+        b"\x32\x08\x00\x01a\x00\x01\x00x",  # remaining length one too long
+        b"\x32\x06\x00\x01a\x00\x01\x00x",  # remaining length one too short
+        b"\x30\x05\x00\x03\xff\xfe\xfd",  # topic not UTF-8
+        b"\x30\x05\x00\x03a\x00b",  # topic with U+0000
+        _v5() + _v5(),  # two packets in one read
+        b"\x32\x80\x00",  # truncated long remaining length
+        b"\x3b\x07\x00\x01a\x00\x01\x00x",  # DUP + retain
+    ],
+    ids=[
+        "qos2",
+        "retain",
+        "expiry-property",
+        "topic-alias",
+        "empty-topic",
+        "packet-id-0",
+        "length-too-long",
+        "length-too-short",
+        "topic-not-utf8",
+        "topic-nul",
+        "two-packets",
+        "truncated-varint",
+        "dup-retain",
+    ],
+)
+def test_anything_else_is_left_to_the_reader(data: bytes) -> None:
+    assert plain_publish(data, 5, LIMIT) is None
+
+
+def test_every_truncated_prefix_is_left_to_the_reader() -> None:
+    data = encode(Publish("sensors/7/temp", b"21.5", qos=1, packet_id=300), 5)
+    for end in range(1, len(data)):
+        assert plain_publish(data[:end], 5, LIMIT) is None
+
+
+def test_a_packet_over_the_size_limit_is_left_to_the_reader() -> None:
+    data = encode(Publish("t", b"x" * 200, qos=1, packet_id=1), 5)
+    assert plain_publish(data, 5, len(data)) is not None
+    assert plain_publish(data, 5, len(data) - 1) is None
+
+
+def test_three_one_one_has_no_property_byte() -> None:
+    data = encode(Publish("t", b"\x00payload", qos=1, packet_id=1), 4)
+    plain = plain_publish(data, 4, LIMIT)
+    assert plain is not None
+    assert plain[3] == b"\x00payload"
