@@ -114,7 +114,9 @@ class Broker(AuthEvents):
         session.connection = conn
         if self.store is not None:
             session.store = self.store if terms.session_expiry_s else None
-            if session.store is not None and type(session.inbound_qos2) is set:
+            if session.store is not None and not isinstance(
+                session.inbound_qos2, RecordedPacketIds
+            ):
                 ids = session.inbound_qos2
                 session.inbound_qos2 = RecordedPacketIds(session, session.store, ids)
         return session, present

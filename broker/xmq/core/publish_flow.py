@@ -131,7 +131,7 @@ def route_publish(
         else:
             _ack(conn, _PUBACK, packet_id, ReasonCode.NO_MATCHING_SUBSCRIBERS)
     elif qos == 2:
-        session.inbound_qos2.add(packet_id)
+        session.inbound_for_update().add(packet_id)
         _ack(conn, _PUBREC, packet_id, 0 if delivered else ReasonCode.NO_MATCHING_SUBSCRIBERS)
 
 

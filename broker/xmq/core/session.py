@@ -26,6 +26,37 @@ _PUBREL_HEAD = b"\x62\x02"
 _NO_IDS: tuple[int, ...] = ()
 
 
+class _NothingQueued(deque["Delivery"]):
+    """The shared empty queue of every session that has never queued a message.
+
+    An empty ``deque`` costs 760 bytes and a ``set`` 216: most sessions (an idle device) never
+    queue a message nor receive QoS 2, so they share these read-only empties and get their own
+    on first use (``queue_for_append``, ``inbound_for_update``). Mutating a shared one is a bug
+    and raises.
+    """
+
+    __slots__ = ()
+
+    def append(self, delivery: Delivery) -> None:
+        raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
+
+
+class _NoInboundIds(set[int]):
+    """The shared empty set of inbound QoS 2 packet ids (see ``_NothingQueued``)."""
+
+    __slots__ = ()
+
+    def add(self, packet_id: int) -> None:
+        raise RuntimeError("a session's inbound ids must be allocated first (inbound_for_update)")
+
+    def update(self, *others: object) -> None:
+        raise RuntimeError("a session's inbound ids must be allocated first (inbound_for_update)")
+
+
+NOTHING_QUEUED: deque[Delivery] = _NothingQueued()
+NO_INBOUND_IDS: set[int] = _NoInboundIds()
+
+
 class Subscription:
     """One subscription of one session (the value stored in the routing trees)."""
 
@@ -137,9 +168,9 @@ class Session:
         self.connection: ClientConnection | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self.inflight: dict[int, Delivery] = {}
-        self.queue: deque[Delivery] = deque()
+        self.queue: deque[Delivery] = NOTHING_QUEUED  # allocated on first use
         self.queued_bytes = 0
-        self.inbound_qos2: set[int] = set()
+        self.inbound_qos2: set[int] = NO_INBOUND_IDS  # allocated on first use
         self.packet_ids = PacketIdAllocator()
         self.expiry_s = expiry_s
         self.expiry_handle: TimerHandle | None = None
@@ -215,10 +246,24 @@ class Session:
         if stats.queued_bytes + size > limits.budget_bytes:
             stats.drop("memory_budget")
             return False
-        self.queue.append(delivery)
+        self.queue_for_append().append(delivery)
         self.queued_bytes += size
         stats.queued_bytes += size
         return True
+
+    def queue_for_append(self) -> deque[Delivery]:
+        """The session's own queue (allocated now if it still shares the empty one)."""
+        queue = self.queue
+        if queue is NOTHING_QUEUED:
+            queue = self.queue = deque()
+        return queue
+
+    def inbound_for_update(self) -> set[int]:
+        """The session's own inbound QoS 2 ids (allocated now if still the shared empty)."""
+        ids = self.inbound_qos2
+        if ids is NO_INBOUND_IDS:
+            ids = self.inbound_qos2 = set()
+        return ids
 
     def _send_new(self, conn: ClientConnection, delivery: Delivery, now: float) -> bool:
         packet_id = self.packet_ids.allocate(self.inflight)
