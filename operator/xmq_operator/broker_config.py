@@ -68,12 +68,26 @@ def build_broker_config(spec: ClusterSpec, cluster_name: str) -> dict[str, Any]:
     cluster.setdefault("name", cluster_name)
     cluster.setdefault("link_host", "0.0.0.0")
     cluster["link_port"] = pod_contract.CLUSTER_LINK_PORT
+    if spec.link_tls is not None:
+        cluster.setdefault(
+            "link_tls",
+            {
+                "cert_file": f"{pod_contract.LINK_TLS_DIR}/tls.crt",
+                "key_file": f"{pod_contract.LINK_TLS_DIR}/tls.key",
+                "ca_file": f"{pod_contract.LINK_TLS_DIR}/ca.crt",
+            },
+        )
     config["cluster"] = cluster
     return config
 
 
 def validate_broker_config(config: dict[str, Any]) -> None:
     """Raise :class:`InvalidBrokerConfigError` naming the bad fields, if any."""
+    if "workers" in config:
+        # The pod's XMQ_WORKERS (from spec.workers) would win over the file anyway.
+        raise InvalidBrokerConfigError(
+            "spec.config is invalid: workers: set spec.workers instead (processes per pod)"
+        )
     try:
         BrokerConfig.model_validate(config)
     except ValidationError as exc:

@@ -81,6 +81,10 @@ class ListenersSpec(_Spec):
     service: ServiceSpec = Field(default_factory=ServiceSpec)
 
 
+class LinkTlsSpec(_Spec):
+    secret_name: str = Field(min_length=1, alias="secretName")
+
+
 class UpdateStrategySpec(_Spec):
     min_ready_seconds: int = Field(default=10, ge=0, alias="minReadySeconds")
     drain_timeout_seconds: int = Field(default=60, ge=1, alias="drainTimeoutSeconds")
@@ -112,6 +116,7 @@ class ClusterSpec(_Spec):
     placement: PlacementSpec = Field(default_factory=PlacementSpec)
     postgres: PostgresSpec | None = None
     listeners: ListenersSpec = Field(default_factory=ListenersSpec)
+    link_tls: LinkTlsSpec | None = Field(default=None, alias="linkTls")
     config: dict[str, Any] = Field(default_factory=dict)
     update_strategy: UpdateStrategySpec = Field(
         default_factory=UpdateStrategySpec, alias="updateStrategy"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from xmq.contract import pod as pod_contract
@@ -30,6 +31,29 @@ def _secret_env(name: str, secret: str, key: str) -> dict[str, Any]:
     return {"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key}}}
 
 
+def _cpu_cores(quantity: int | str | None) -> float | None:
+    """A Kubernetes CPU quantity (``2``, ``"1.5"``, ``"500m"``) in cores; None if unset/odd."""
+    if quantity is None:
+        return None
+    text = str(quantity).strip()
+    try:
+        return float(text[:-1]) / 1000 if text.endswith("m") else float(text)
+    except ValueError:
+        return None
+
+
+def pod_workers(spec: ClusterSpec) -> int:
+    """Broker processes per pod: ``spec.workers``, else one per CPU of the container's limit
+    (or request), rounded up; 0 when neither is set (the broker then counts the CPUs it sees).
+    """
+    if spec.workers:
+        return spec.workers
+    cores = _cpu_cores(spec.resources.limits.get("cpu"))
+    if cores is None:
+        cores = _cpu_cores(spec.resources.requests.get("cpu"))
+    return max(1, math.ceil(cores)) if cores else 0
+
+
 def _env(spec: ClusterSpec) -> list[dict[str, Any]]:
     env = [
         _field_env(pod_contract.POD_NAME_ENV, "metadata.name"),
@@ -38,7 +62,7 @@ def _env(spec: ClusterSpec) -> list[dict[str, Any]]:
         _field_env(pod_contract.POD_IP_ENV, "status.podIP"),
         {"name": pod_contract.CONFIG_FILE_ENV, "value": pod_contract.CONFIG_PATH},
         {"name": pod_contract.NODE_ID_ENV, "value": f"$({pod_contract.POD_NAME_ENV})-0"},
-        {"name": pod_contract.WORKERS_ENV, "value": str(spec.workers)},
+        {"name": pod_contract.WORKERS_ENV, "value": str(pod_workers(spec))},
         _secret_env(
             pod_contract.REDIS_URL_ENV, spec.redis.secret_ref.name, spec.redis.secret_ref.key
         ),
@@ -57,6 +81,21 @@ def _ports(spec: ClusterSpec) -> list[dict[str, Any]]:
     ]
     if spec.listeners.tls.enabled:
         ports.append({"name": "mqtts", "containerPort": spec.listeners.tls.port, "protocol": "TCP"})
+    # Worker w (> 0) links on CLUSTER_LINK_PORT + w and serves /metrics on HEALTH_PORT + w;
+    # the probes use worker 0's "health" port (the supervisor restarts any worker that dies).
+    for worker in range(1, pod_workers(spec)):
+        ports += [
+            {
+                "name": f"cluster-{worker}",
+                "containerPort": pod_contract.CLUSTER_LINK_PORT + worker,
+                "protocol": "TCP",
+            },
+            {
+                "name": f"health-{worker}",
+                "containerPort": pod_contract.HEALTH_PORT + worker,
+                "protocol": "TCP",
+            },
+        ]
     return ports
 
 
@@ -73,6 +112,10 @@ def _container(spec: ClusterSpec) -> dict[str, Any]:
     mounts = [{"name": "config", "mountPath": pod_contract.CONFIG_DIR, "readOnly": True}]
     if spec.listeners.tls.enabled:
         mounts.append({"name": "tls", "mountPath": pod_contract.TLS_DIR, "readOnly": True})
+    if spec.link_tls is not None:
+        mounts.append(
+            {"name": "link-tls", "mountPath": pod_contract.LINK_TLS_DIR, "readOnly": True}
+        )
     container: dict[str, Any] = {
         "name": BROKER_CONTAINER,
         "image": spec.image,
@@ -174,6 +217,10 @@ def pod_template(
     if spec.listeners.tls.enabled and spec.listeners.tls.secret_name:
         pod_spec["volumes"].append(
             {"name": "tls", "secret": {"secretName": spec.listeners.tls.secret_name}}
+        )
+    if spec.link_tls is not None:
+        pod_spec["volumes"].append(
+            {"name": "link-tls", "secret": {"secretName": spec.link_tls.secret_name}}
         )
     if spec.placement.node_selector:
         pod_spec["nodeSelector"] = dict(spec.placement.node_selector)

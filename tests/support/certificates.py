@@ -58,9 +58,17 @@ class TestCertificateAuthority:
         self.ca_file.write_bytes(self.cert.public_bytes(serialization.Encoding.PEM))
 
     def issue(
-        self, common_name: str, file_stem: str, server: bool = True, at: Path | None = None
+        self,
+        common_name: str,
+        file_stem: str,
+        server: bool = True,
+        at: Path | None = None,
+        node: bool = False,
     ) -> IssuedPair:
-        """Issue a certificate; ``at`` overwrites an existing pair's files (reload tests)."""
+        """Issue a certificate; ``at`` overwrites an existing pair's files (reload tests).
+
+        ``node``: a cluster node's certificate, usable as server and as client (node links).
+        """
         key = ec.generate_private_key(ec.SECP256R1())
         now = datetime.datetime.now(datetime.UTC)
         serial = x509.random_serial_number()
@@ -80,7 +88,11 @@ class TestCertificateAuthority:
                 ),
                 critical=False,
             ).add_extension(
-                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False
+                x509.ExtendedKeyUsage(
+                    [ExtendedKeyUsageOID.SERVER_AUTH]
+                    + ([ExtendedKeyUsageOID.CLIENT_AUTH] if node else [])
+                ),
+                critical=False,
             )
         else:
             builder = builder.add_extension(

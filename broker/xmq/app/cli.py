@@ -40,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     drain.add_argument(
         "--url",
         help="the node's metrics/admin endpoint (default: 127.0.0.1 and metrics.port of "
-        f"--config, ${CONFIG_FILE_ENV} or {CONFIG_PATH}, else port {HEALTH_PORT})",
+        f"--config, ${CONFIG_FILE_ENV} or {CONFIG_PATH}, else port {HEALTH_PORT}; with "
+        "workers, every worker's port metrics.port + i)",
     )
     drain.add_argument("-c", "--config", help="YAML configuration file of the node")
     drain.add_argument(
@@ -61,13 +62,21 @@ def _config_error(error: ValidationError) -> str:
     return "invalid configuration:\n" + "\n".join(f"  {line}" for line in describe_errors(error))
 
 
-def _admin_url(config_path: str | None) -> str:
-    """The local node's admin endpoint, from its config file (the pod's preStop hook)."""
+def _admin_urls(config_path: str | None) -> list[str]:
+    """The local node's admin endpoints (one per worker), from its config file (the pod's
+    preStop hook): ``metrics.port + i`` for worker ``i``."""
+    from xmq.app.worker_plan import admin_ports
+
     path = config_path or os.environ.get(CONFIG_FILE_ENV) or CONFIG_PATH
-    port = HEALTH_PORT
+    ports = [HEALTH_PORT]
     if path and os.path.isfile(path):
-        port = load_config(path).metrics.port
-    return f"http://127.0.0.1:{port}"
+        ports = admin_ports(load_config(path))
+    return [f"http://127.0.0.1:{port}" for port in ports]
+
+
+def _admin_url(config_path: str | None) -> str:
+    """The admin endpoint of the local node (of worker 0 when there are several)."""
+    return _admin_urls(config_path)[0]
 
 
 def _drain(url: str, server_reference: str | None) -> int:
@@ -127,11 +136,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 sys.stdout.write(text)
             return 0
         if args.command == "drain":
-            return _drain(args.url or _admin_url(args.config), args.server_reference)
+            urls = [args.url] if args.url else _admin_urls(args.config)
+            failed = [url for url in urls if _drain(url, args.server_reference) != 0]
+            return 1 if failed else 0
         if args.command == "serve":
             from xmq.app.server import serve
+            from xmq.cluster.link_tls import LinkTlsError
 
-            return serve(_load(args.config, args.host, args.port), args.config)
+            try:
+                return serve(_load(args.config, args.host, args.port), args.config)
+            except LinkTlsError as error:
+                print(f"invalid configuration:\n  {error}", file=sys.stderr)
+                return 2
     except ValidationError as error:
         print(_config_error(error), file=sys.stderr)
         return 2

@@ -16,6 +16,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.link_tls import link_tls_contexts
 from xmq.cluster.membership import Membership
 from xmq.cluster.orphan_loader import PendingOrphans, load_orphans
 from xmq.config import BrokerConfig
@@ -70,6 +71,8 @@ class ClusterRuntime:
             loop_clock,
         )
         self.hub = ClusterHub(broker, self.identity, self.store)
+        if cluster.link_tls is not None:
+            self.hub.link_tls = link_tls_contexts(cluster.link_tls)
         self.retained = RedisRetainedSync(self.batcher, self.keys, broker.retained, loop_clock)
         self.hub.on_retained = self.retained.touched
         self._redis_url = redis_url

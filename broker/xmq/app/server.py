@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 
 from pydantic import ValidationError
@@ -12,8 +13,11 @@ from pydantic import ValidationError
 from xmq import __version__
 from xmq.app.cluster_runtime import ClusterRuntime, redis_url_of
 from xmq.app.node_endpoint import NodeEndpoint, cluster_member_check, database_check
+from xmq.app.supervisor import Supervisor, follow_supervisor
+from xmq.app.worker_plan import worker_config, worker_count, worker_index
 from xmq.auth.file_accounts import FileAccounts
 from xmq.auth.postgres_accounts import PostgresAccounts, PostgresAccountsConfig
+from xmq.cluster.link_tls import link_tls_contexts
 from xmq.codec.reason_codes import ReasonCode
 from xmq.config import BrokerConfig, load_config
 from xmq.core.auth_ports import (
@@ -91,8 +95,9 @@ def build_auth(
 class BrokerNode:
     """One running broker process: the core, its listeners and its periodic jobs."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, worker: int | None = None) -> None:
         self.config = config
+        self.worker = worker  # index when a supervisor runs this node (SO_REUSEPORT)
         self.broker = Broker(core_settings(config))
         authenticator, authorizer, self.account_store = build_auth(config, self.broker)
         self.listeners = ListenerSet(
@@ -101,6 +106,7 @@ class BrokerNode:
             authorizer,
             config.mqtt.max_packet_size,
             config.limits.max_connections,
+            reuse_port=worker is not None,
         )
         self.sys = SysPublisher(self.broker, config.sys.interval_s)
         self.stopping = asyncio.Event()
@@ -142,6 +148,19 @@ class BrokerNode:
         metrics = await self.endpoint.start()
         if metrics is not None:
             print(f"xmq: listening metrics http {metrics[0]}:{metrics[1]}", flush=True)
+        if self.worker is not None:
+            self._print_worker(metrics)
+
+    def _print_worker(self, metrics: tuple[str, int] | None) -> None:
+        """One line per worker naming everything it bound (lines of workers interleave)."""
+        listening = " ".join(f"{b.name} {b.host}:{b.port}" for b in self.listeners.bound)
+        http = f"{metrics[0]}:{metrics[1]}" if metrics is not None else "-"
+        link = self.cluster.address if self.cluster is not None else "-"
+        print(
+            f"xmq: worker {self.worker} node {self.config.node_id} pid {os.getpid()} "
+            f"link {link} metrics {http} {listening}",
+            flush=True,
+        )
 
     async def drain(self, server_reference: str | None = None) -> int:
         """Stop accepting and move clients away (0x9C + Server Reference, else 0x8B); keep
@@ -207,10 +226,20 @@ class BrokerNode:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self.stopping.set)
         loop.add_signal_handler(signal.SIGHUP, self.reload)
+        supervisor = follow_supervisor()
+        if supervisor is not None:
+            loop.call_later(1.0, self._watch_supervisor, loop, supervisor)
         await self.start()
         await self.stopping.wait()
         log.info("shutting down")
         await self.shutdown()
+
+    def _watch_supervisor(self, loop: asyncio.AbstractEventLoop, supervisor: int) -> None:
+        if os.getppid() != supervisor:
+            log.error("supervisor %d is gone: stopping", supervisor)
+            self.stopping.set()
+            return
+        loop.call_later(1.0, self._watch_supervisor, loop, supervisor)
 
 
 def configure_logging(config: BrokerConfig) -> None:
@@ -218,14 +247,24 @@ def configure_logging(config: BrokerConfig) -> None:
 
 
 def serve(config: BrokerConfig, config_path: str | None = None) -> int:
-    """Run one broker node until SIGTERM/SIGINT."""
+    """Run one broker node until SIGTERM/SIGINT (or supervise ``workers`` node processes)."""
     configure_logging(config)
+    if config.cluster.link_tls is not None and redis_url_of(config):
+        link_tls_contexts(config.cluster.link_tls)  # LinkTlsError names a bad file now
+    worker = worker_index()
+    if worker is None:
+        count = worker_count(config)
+        if count > 1:
+            return Supervisor(config, config_path, count).run()
+    else:
+        config = worker_config(config, worker)
+        apply_logging(config.log.level, config.log.json_format, node=config.node_id)
     if config.use_uvloop:
         import uvloop
 
         uvloop.install()
     tune_garbage_collector()
-    node_coro = _run_node(config, config_path)
+    node_coro = _run_node(config, config_path, worker)
     asyncio.run(node_coro)
     return 0
 
@@ -253,7 +292,9 @@ def _full_collection(loop: asyncio.AbstractEventLoop) -> None:
     loop.call_later(FULL_COLLECTION_INTERVAL_S, _full_collection, loop)
 
 
-async def _run_node(config: BrokerConfig, config_path: str | None = None) -> None:
-    node = BrokerNode(config)
+async def _run_node(
+    config: BrokerConfig, config_path: str | None = None, worker: int | None = None
+) -> None:
+    node = BrokerNode(config, worker)
     node.config_path = config_path
     await node.run()

@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import ssl
 from collections import deque
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_frames as frames
+from xmq.cluster.direct_hold import Direct, DirectHold
 from xmq.cluster.link_frames import BodyReader, Kind
+from xmq.cluster.link_tls import LinkTls, TlsLinkServer, log_refused
+from xmq.cluster.link_wait import LinkWait, Owner, Waiting
 from xmq.cluster.peer_link import PeerLink
 from xmq.cluster.route_table import (
     NO_LOCAL,
@@ -64,9 +68,14 @@ class ClusterHub:
         self._takeovers: dict[int, asyncio.Future[bool]] = {}
         self._dialing: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._server: asyncio.Server | None = None
+        self._server: asyncio.Server | TlsLinkServer | None = None
+        self.link_tls: LinkTls | None = None  # mutual TLS on every link (cluster.link_tls)
         self.forwarded = 0
         self.received = 0
+        # Messages for sessions this node owns in Redis: held while the claim attaches them.
+        self.direct = DirectHold(broker, self._not_here, 2 * identity.lease_ttl_s + 5.0)
+        # Messages for a session's new owner not linked yet (a node that has just started).
+        self.link_wait = LinkWait(self._append_for, identity.lease_ttl_s + 5.0)
         # Told the topic of each retained change a peer sends (while retained messages load).
         self.on_retained: Callable[[str], None] | None = None
 
@@ -74,6 +83,9 @@ class ClusterHub:
 
     async def listen(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
+        if self.link_tls is not None:
+            self._server = TlsLinkServer(lambda: PeerLink(self), self.link_tls.server)
+            return await self._server.start(host, port)
         self._server = await loop.create_server(
             lambda: PeerLink(self), host=host, port=port, reuse_address=True
         )
@@ -94,9 +106,18 @@ class ClusterHub:
     async def _dial(self, node: str, address: str) -> None:
         host, _, port = address.rpartition(":")
         loop = asyncio.get_running_loop()
+        tls = self.link_tls
         try:
             async with asyncio.timeout(2.0):
-                await loop.create_connection(lambda: PeerLink(self), host, int(port))
+                await loop.create_connection(
+                    lambda: PeerLink(self),
+                    host,
+                    int(port),
+                    ssl=tls.client if tls is not None else None,
+                    ssl_handshake_timeout=2.0 if tls is not None else None,
+                )
+        except ssl.SSLError as error:
+            log_refused("to", f"{node} at {address}", error)
         except (OSError, TimeoutError, ValueError) as error:
             log.debug("link to %s at %s failed: %s", node, address, error)
         finally:
@@ -137,6 +158,8 @@ class ClusterHub:
         self._all_links.add(link)
         log.info("link up: %s (epoch %d)", node, epoch)
         self._send_snapshot(link)
+        for client_id, message, qos in self.link_wait.take((node, epoch)):
+            link.send(frames.direct(client_id, self.encode(message, qos, False)))
 
     def _send_snapshot(self, link: PeerLink) -> None:
         for topic_filter in self._filters:
@@ -358,13 +381,38 @@ class ClusterHub:
             self.table.orphans.drop(client_id)  # its new owner's routes take over
         identity = self.identity
         if node == identity.node_id and epoch == identity.epoch:
-            self.broker.deliver_direct(client_id, message, qos, False, ())
+            # Claimed here: the claiming CONNECT may not have attached the session yet.
+            self.direct.deliver(client_id, (message, qos, False, ()))
             return
         link = self.links.get(node)
         if link is not None and link.peer_epoch == epoch:
             link.send(frames.direct(client_id, self.encode(message, qos, False)))
+        elif link is not None and link.peer_epoch > epoch:
+            self._append_for((node, epoch), (client_id, message, qos))  # a dead run owns it
         else:
-            self.broker.stats.messages_dropped += 1
+            self.link_wait.add((node, epoch), client_id, message, qos)
+
+    def _append_for(self, owner: Owner, waiting: Waiting) -> None:
+        """Append to the session's Redis queue while ``owner`` (a run not linked) owns it."""
+        store = self.store
+        if store is None:
+            return
+        client_id, message, qos = waiting
+
+        def moved(node: str, epoch: int) -> None:
+            self._owner_moved(client_id, message, qos, node, epoch)
+
+        store.append_if_owner(client_id, owner, message, qos, False, moved)
+
+    def _not_here(self, client_id: str, direct: Direct) -> None:
+        """A message for a session owned here that is not attached (its client left during
+        the claim, or it was just handed over): into its Redis queue while we still own it."""
+        identity = self.identity
+        if self.store is None or not identity.online:
+            self.broker.stats.drop("session_gone")
+            return
+        message, qos, _, _ = direct  # a DIRECT message is never sent retained
+        self._append_for((identity.node_id, identity.epoch), (client_id, message, qos))
 
     # -- frames from peers ------------------------------------------------------------------
 
@@ -428,8 +476,7 @@ class ClusterHub:
                 out.pop(reader.u32(), None)
         elif kind == Kind.DIRECT:
             client_id = reader.text()
-            message, qos, retain, ids = self._message(reader.rest())
-            self._deliver_direct(client_id, message, qos, retain, ids, 200)
+            self.direct.deliver(client_id, self._message(reader.rest()))
         elif kind == Kind.TAKEOVER:
             request, client_id, epoch = reader.u32(), reader.text(), reader.u64()
             self._spawn(self._hand_over(link, request, client_id, epoch))
@@ -440,24 +487,6 @@ class ClusterHub:
                 future.set_result(ok)
         else:
             raise frames.FrameError(f"unknown frame kind {kind}")
-
-    def _deliver_direct(
-        self,
-        client_id: str,
-        message: Message,
-        qos: int,
-        retain: bool,
-        ids: tuple[int, ...],
-        attempts: int,
-    ) -> None:
-        """Deliver to a session owned here; one still being claimed gets it once attached."""
-        broker = self.broker
-        if client_id not in broker.sessions and client_id in broker.claiming and attempts:
-            loop = asyncio.get_running_loop()
-            args = (client_id, message, qos, retain, ids, attempts - 1)
-            loop.call_later(0.005, self._deliver_direct, *args)
-            return
-        broker.deliver_direct(client_id, message, qos, retain, ids)
 
     async def _confirm_publishes(self, link: PeerLink) -> None:
         """Tell the sender how many PUBLISH frames are in our records (one ack per flush)."""

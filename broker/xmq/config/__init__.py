@@ -1,5 +1,6 @@
 """The broker's configuration model (pydantic-settings)."""
 
+from xmq.config.cluster_section import ClusterConfig, LinkTlsConfig, PersistenceConfig
 from xmq.config.model import (
     AuthConfig,
     BrokerConfig,
@@ -17,11 +18,14 @@ from xmq.config.model import (
 __all__ = [
     "AuthConfig",
     "BrokerConfig",
+    "ClusterConfig",
     "LimitsConfig",
+    "LinkTlsConfig",
     "ListenerConfig",
     "LogConfig",
     "MetricsConfig",
     "MqttConfig",
+    "PersistenceConfig",
     "ShutdownConfig",
     "SysConfig",
     "TlsConfig",

@@ -6,10 +6,11 @@ read once at start (and on reload); nothing here runs per packet.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -17,15 +18,12 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from xmq.contract.pod import HEALTH_PORT
+from xmq.config.cluster_section import ClusterConfig, PersistenceConfig
+from xmq.config.section import Section
+from xmq.contract.pod import HEALTH_PORT, REDIS_URL_ENV
 
 MAX_PACKET_SIZE_LIMIT = 268_435_460
-
-
-class Section(BaseModel):
-    """Base of every config section: unknown keys are refused, values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+MAX_WORKERS = 64
 
 
 DEFAULT_PORTS = {"tcp": 1884, "tls": 8884, "ws": 8083, "wss": 8443}
@@ -288,45 +286,6 @@ class ShutdownConfig(Section):
     )
 
 
-class ClusterConfig(Section):
-    """Cluster membership in Redis and the node-to-node links (off without ``redis_url``)."""
-
-    redis_url: str | None = Field(
-        default=None,
-        description="Redis URL of the cluster (env XMQ_CLUSTER__REDIS_URL or XMQ_REDIS_URL); "
-        "unset: a single in-memory node.",
-    )
-    name: str = Field(
-        default="xmq",
-        pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$",
-        description="Cluster name inside every Redis key (xmq:v1:{<name>}:...).",
-    )
-    lease_ttl_s: float = Field(
-        default=10.0, ge=0.5, le=300, description="Lease time to live; renewed every ttl/5."
-    )
-    link_host: str = Field(default="127.0.0.1", description="Bind address of the node link.")
-    link_port: int = Field(
-        default=7884, ge=0, le=65535, description="Port of the node link (0: any free)."
-    )
-    advertise_host: str | None = Field(
-        default=None,
-        description="Host other nodes dial (default: XMQ_POD_IP, else link_host).",
-    )
-
-
-class PersistenceConfig(Section):
-    """Durable persistent sessions (used when the cluster has a Redis)."""
-
-    max_queued_writes: int = Field(
-        default=0,
-        ge=0,
-        le=1_000_000,
-        description="0: a QoS 1/2 message to a persistent session is recorded in Redis before "
-        "it is delivered (group-committed per loop tick); N: at most N deliveries ahead of "
-        "their records, then the publisher's socket is paused.",
-    )
-
-
 class LogConfig(Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
         default="INFO", description="Log level."
@@ -354,6 +313,15 @@ class BrokerConfig(BaseSettings):
     shutdown: ShutdownConfig = Field(default_factory=ShutdownConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     persistence: PersistenceConfig = Field(default_factory=PersistenceConfig)
+    workers: int = Field(
+        default=1,
+        ge=0,
+        le=MAX_WORKERS,
+        description="Node processes sharing the listening ports (SO_REUSEPORT), each a full "
+        "cluster member; 0: one per CPU. Above 1 `xmq serve` supervises them and needs the "
+        "cluster (a Redis URL). Worker i is node `<pod>-<n+i>` (node_id `<pod>-<n>`), with "
+        "link port cluster.link_port + i and HTTP port metrics.port + i.",
+    )
     use_uvloop: bool = Field(default=True, description="Run on uvloop.")
 
     @field_validator("listeners")
@@ -365,6 +333,19 @@ class BrokerConfig(BaseSettings):
         if len(set(names)) != len(names):
             raise ValueError(f"listener names must be distinct, got {names}")
         return value
+
+    @field_validator("workers")
+    @classmethod
+    def _workers_need_the_cluster(cls, value: int, info: ValidationInfo) -> int:
+        cluster = info.data.get("cluster")
+        if value == 1 or not isinstance(cluster, ClusterConfig):
+            return value
+        if cluster.redis_url or os.environ.get(REDIS_URL_ENV):
+            return value
+        raise ValueError(
+            f"workers={value} needs the cluster, so that a publisher on one worker reaches a "
+            f"subscriber on another: set cluster.redis_url (or {REDIS_URL_ENV}), or workers: 1"
+        )
 
     @classmethod
     def settings_customise_sources(

@@ -26,6 +26,8 @@ CONFIG_FILE_NAME = "xmq.yaml"
 CONFIG_PATH = f"{CONFIG_DIR}/{CONFIG_FILE_NAME}"
 TLS_DIR = "/etc/xmq/tls"
 """Where the listener TLS Secret (``tls.crt``, ``tls.key``, optional ``ca.crt``) is mounted."""
+LINK_TLS_DIR = "/etc/xmq/link-tls"
+"""Where the node-link TLS Secret (``tls.crt``, ``tls.key``, ``ca.crt``) is mounted."""
 
 MQTT_PORT = 1884
 MQTT_TLS_PORT = 8883
@@ -33,7 +35,8 @@ WEBSOCKET_PORT = 8080
 CLUSTER_LINK_PORT = 7884
 """Base port of the node-to-node links; worker ``w`` listens on ``CLUSTER_LINK_PORT + w``."""
 HEALTH_PORT = 9090
-"""HTTP port serving ``/healthz``, ``/readyz`` and ``/metrics``."""
+"""HTTP port serving ``/healthz``, ``/readyz`` and ``/metrics`` (worker 0; worker ``w`` serves
+them on ``HEALTH_PORT + w``). The pod's probes use worker 0's."""
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
 METRICS_PATH = "/metrics"

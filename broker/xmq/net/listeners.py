@@ -53,8 +53,10 @@ class ListenerSet:
         authorizer: Authorizer,
         max_packet_size: int,
         max_connections: int = 0,
+        reuse_port: bool = False,
     ) -> None:
         self.broker = broker
+        self.reuse_port = reuse_port  # SO_REUSEPORT: worker processes share each port
         self.authenticator = authenticator
         self.authorizer = authorizer
         self.max_packet_size = max_packet_size
@@ -102,6 +104,7 @@ class ListenerSet:
                 ssl=context,
                 ssl_handshake_timeout=handshake_s,
                 reuse_address=True,
+                reuse_port=self.reuse_port or None,
                 backlog=4096,
             )
             self._servers.append(server)
@@ -109,7 +112,7 @@ class ListenerSet:
         else:
             family = socket.AF_INET6 if ":" in spec.host else socket.AF_INET
             sock = socket.create_server(
-                (spec.host, spec.port), family=family, backlog=4096, reuse_port=False
+                (spec.host, spec.port), family=family, backlog=4096, reuse_port=self.reuse_port
             )
 
             async def handoff(conn: socket.socket, peer: str | None) -> None:

@@ -151,3 +151,37 @@ def test_a_malformed_lease_is_reported_not_deleted(client: redis.Redis) -> None:
     with pytest.raises(redis.ResponseError, match="malformed lease"):
         _release(client, "xmq-0-0", "uid")
     assert client.get(KEYS.lease("xmq-0-0")) == "not json"
+
+
+def test_a_dead_pod_with_several_workers_loses_every_lease(client: redis.Redis) -> None:
+    """``workers: 3``: three node ids ``<pod>-0..2`` share the pod UID; the operator's cleanup
+    (snapshot, then one compare-and-delete per node) releases all three, and only those."""
+    from xmq_operator.dead_pods import releases_for_deleted_pod
+    from xmq_operator.redis_state import ClusterRedis
+
+    for worker in range(3):
+        _register(client, f"xmq-0-{worker}", "uid-pod0", [f"w{worker}-a", f"w{worker}-b"])
+    live = _register(client, "xmq-1-0", "uid-pod1", ["other"])
+    state = ClusterRedis(client, KEYS)
+    snapshot = state.snapshot()
+    releases = releases_for_deleted_pod(
+        "xmq-0", "uid-pod0", snapshot.leases, snapshot.members, "pod deleted"
+    )
+    results = [state.release(r.node_id, r.pod_uid, r.epoch) for r in releases]
+
+    assert [r.node_id for r in releases] == ["xmq-0-0", "xmq-0-1", "xmq-0-2"]
+    assert results == [CleanupResult(CleanupOutcome.LEASE_DELETED, 2)] * 3
+    assert client.smembers(KEYS.members()) == {"xmq-1-0"}
+    assert client.scard(KEYS.orphaned_sessions()) == 6
+    assert state.snapshot().leases == (live,)
+
+
+def test_a_worker_restarted_by_its_supervisor_is_not_released_with_the_old_epoch(
+    client: redis.Redis,
+) -> None:
+    old = _register(client, "xmq-0-1", "uid-pod0", ["a"])
+    _register(client, "xmq-0-1", "uid-pod0", [])  # the supervisor restarted the worker
+    assert _release(client, "xmq-0-1", "uid-pod0", old.epoch).outcome is (
+        CleanupOutcome.LEASE_IS_OTHER
+    )
+    assert client.exists(KEYS.lease("xmq-0-1"))

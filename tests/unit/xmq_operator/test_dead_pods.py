@@ -131,3 +131,32 @@ def test_out_of_service_taint_detection() -> None:
         {"spec": {"taints": [{"key": "node.kubernetes.io/unreachable"}]}}
     )
     assert not node_is_out_of_service({})
+
+
+def test_a_deleted_pod_releases_the_lease_of_every_worker() -> None:
+    """With ``workers: 3`` a pod holds three leases (``<pod>-0..2``) under one pod UID."""
+    workers = [_lease(f"xmq-0-{worker}", "u0", 10 + worker) for worker in range(3)]
+    neighbour = _lease("xmq-1-0", "u1")
+    members = {lease.node_id for lease in (*workers, neighbour)} | {"xmq-0-3"}
+    releases = releases_for_deleted_pod("xmq-0", "u0", [*workers, neighbour], members, "gone")
+    assert releases == [
+        *(Release(f"xmq-0-{w}", "xmq-0", "u0", 10 + w, "gone") for w in range(3)),
+        Release("xmq-0-3", "xmq-0", "u0", None, "gone"),
+    ]
+
+
+def test_sweep_and_container_restart_release_every_worker_of_the_pod() -> None:
+    workers = [_lease(f"xmq-0-{worker}", "u0", 1) for worker in range(4)]
+    assert [r.node_id for r in sweep(workers, {}, {}, "broker")] == [
+        f"xmq-0-{worker}" for worker in range(4)
+    ]
+    restarted = _pod(
+        "xmq-0",
+        "u0",
+        container={"restartCount": 1, "state": {"running": {"startedAt": "2026-11-30T03:01:00Z"}}},
+    )
+    # Worker 2 was restarted by the pod's supervisor after the container restart: it is
+    # the live run and keeps its lease; the three others belong to the dead container run.
+    workers[2] = _lease("xmq-0-2", "u0", 2, STARTED + 70)
+    released = releases_for_restarted_container(restarted, "broker", workers)
+    assert [release.node_id for release in released] == ["xmq-0-0", "xmq-0-1", "xmq-0-3"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.unit.xmq_operator.cluster_bodies import cluster_body
 from xmq.contract import pod as pod_contract
@@ -217,3 +218,53 @@ def test_an_invalid_broker_config_is_refused_naming_the_field(config: dict[str, 
 def test_a_configured_cluster_name_must_be_a_valid_redis_name() -> None:
     with pytest.raises(InvalidBrokerConfigError, match="invalid cluster name"):
         _render({"config": {"cluster": {"name": "bad:name"}}})
+
+
+@pytest.mark.parametrize(
+    ("spec", "workers"),
+    [
+        ({}, 0),
+        ({"workers": 3}, 3),
+        ({"resources": {"limits": {"cpu": "3500m"}, "requests": {"cpu": 1}}}, 4),
+        ({"resources": {"requests": {"cpu": "2"}}}, 2),
+        ({"workers": 1, "resources": {"limits": {"cpu": 8}}}, 1),
+    ],
+    ids=["unknown", "explicit", "cpu-limit", "cpu-request", "explicit-wins"],
+)
+def test_workers_per_pod_and_their_ports(spec: dict[str, Any], workers: int) -> None:
+    (container,) = _pod_spec(_render(spec))["containers"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["XMQ_WORKERS"] == str(workers)
+    ports = {port["name"]: port["containerPort"] for port in container["ports"]}
+    expected = {"mqtt": 1884, "cluster": 7884, "health": pod_contract.HEALTH_PORT}
+    for worker in range(1, workers):
+        expected[f"cluster-{worker}"] = 7884 + worker
+        expected[f"health-{worker}"] = pod_contract.HEALTH_PORT + worker
+    assert ports == expected
+    assert all(len(name) <= 15 for name in ports)
+
+
+def test_workers_in_the_broker_config_are_refused_for_spec_workers() -> None:
+    with pytest.raises(InvalidBrokerConfigError, match="workers: set spec.workers"):
+        _render({"config": {"workers": 2}})
+
+
+def test_link_tls_mounts_the_secret_and_configures_the_links() -> None:
+    desired = _render({"linkTls": {"secretName": "xmq-link-tls"}})
+    pod_spec = _pod_spec(desired)
+    assert {"name": "link-tls", "secret": {"secretName": "xmq-link-tls"}} in pod_spec["volumes"]
+    (container,) = pod_spec["containers"]
+    assert {
+        "name": "link-tls",
+        "mountPath": pod_contract.LINK_TLS_DIR,
+        "readOnly": True,
+    } in container["volumeMounts"]
+    config_map = _by_kind(desired, "ConfigMap")
+    (text,) = config_map["data"].values()
+    link_tls = yaml.safe_load(text)["cluster"]["link_tls"]
+    assert link_tls == {
+        "cert_file": "/etc/xmq/link-tls/tls.crt",
+        "key_file": "/etc/xmq/link-tls/tls.key",
+        "ca_file": "/etc/xmq/link-tls/ca.crt",
+    }
+    assert desired.template_hash != _render().template_hash

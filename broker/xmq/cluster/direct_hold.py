@@ -1,0 +1,93 @@
+"""Messages for one session this node owns in Redis, sent before the session is attached here.
+
+When a persistent session's owner is gone, publishing nodes append its messages to its Redis
+queue (``APPEND_IF_OWNER``). Once a node has claimed the session, the appends are refused with
+that node's id and the messages go to it directly: over the link (DIRECT), or, when the
+publisher is on the claiming node itself, straight here. The claim has then run in Redis, but
+the claiming CONNECT may not have attached the session yet (its reply is read in the same loop
+iteration as the refusals, and the CONNECT resumes after them). Such messages are held, per
+client id and in arrival order, until the session is attached (one timer per held client id,
+not per message). A message for a session that is neither here nor being claimed (its client
+went away during the claim, or the session was just handed over to another node) goes to the
+session's Redis queue while this node still owns it there; the next claim reads it from there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
+
+from xmq.core.message import Message
+
+if TYPE_CHECKING:
+    from xmq.core.session import Session
+
+Direct = tuple[Message, int, bool, tuple[int, ...]]
+"""message, delivery QoS, delivery retain flag, subscription identifiers"""
+
+POLL_S = 0.005
+
+
+class LocalSessions(Protocol):
+    """What the hold needs of the broker core."""
+
+    @property
+    def sessions(self) -> dict[str, Session]: ...
+
+    @property
+    def claiming(self) -> dict[str, int]: ...
+
+    def deliver_direct(
+        self, client_id: str, message: Message, qos: int, retain: bool, ids: tuple[int, ...]
+    ) -> bool: ...
+
+
+class DirectHold:
+    """Delivers DIRECT messages to attached sessions, holding them while a claim runs."""
+
+    __slots__ = ("_broker", "_held", "_not_here", "max_hold_s")
+
+    def __init__(
+        self,
+        broker: LocalSessions,
+        not_here: Callable[[str, Direct], None],
+        max_hold_s: float,
+    ) -> None:
+        self._broker = broker
+        self._not_here = not_here
+        self.max_hold_s = max_hold_s
+        self._held: dict[str, list[Direct]] = {}
+
+    def __len__(self) -> int:
+        """Client ids with held messages."""
+        return len(self._held)
+
+    def deliver(self, client_id: str, direct: Direct) -> None:
+        held = self._held.get(client_id)
+        if held is not None:
+            held.append(direct)  # behind the ones already waiting: arrival order
+            return
+        broker = self._broker
+        if client_id in broker.sessions:
+            broker.deliver_direct(client_id, *direct)
+            return
+        if client_id in broker.claiming:
+            self._held[client_id] = [direct]
+            loop = asyncio.get_running_loop()
+            loop.call_later(POLL_S, self._check, client_id, loop.time() + self.max_hold_s)
+            return
+        self._not_here(client_id, direct)
+
+    def _check(self, client_id: str, deadline: float) -> None:
+        broker = self._broker
+        if client_id not in broker.sessions and client_id in broker.claiming:
+            loop = asyncio.get_running_loop()
+            if loop.time() < deadline:
+                loop.call_later(POLL_S, self._check, client_id, deadline)
+                return
+        for direct in self._held.pop(client_id, ()):
+            if client_id in broker.sessions:
+                broker.deliver_direct(client_id, *direct)
+            else:
+                self._not_here(client_id, direct)

@@ -1,0 +1,131 @@
+"""Mutual TLS on the node links (``cluster.link_tls``).
+
+Both ends present a certificate signed by the cluster's CA and verify the other's chain
+against it. Host names are not checked: nodes dial the addresses in each other's leases (pod
+IPs in Kubernetes), so being signed by the cluster CA is the identity. ``PeerLink`` runs
+unchanged over the TLS transport.
+
+Accepted connections do their TLS handshake in ``TlsLinkServer`` (an accept loop handing
+each socket to ``connect_accepted_socket``) rather than in ``create_server(ssl=...)``, whose
+failed handshakes asyncio and uvloop drop silently: here a peer whose certificate does not
+verify is refused and logged with its address, and never becomes a link. (uvloop 0.23's
+``start_tls`` on an accepted server-side transport never completes the handshake.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from xmq.config import LinkTlsConfig
+
+if TYPE_CHECKING:
+    from xmq.cluster.peer_link import PeerLink
+
+log = logging.getLogger("xmq.cluster.link")
+
+HANDSHAKE_TIMEOUT_S = 5.0
+
+
+class LinkTlsError(ValueError):
+    """A link TLS file is missing or unusable (names the config field and the file)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LinkTls:
+    """The TLS contexts of one node: for links it accepts and for links it dials."""
+
+    server: ssl.SSLContext
+    client: ssl.SSLContext
+
+
+def _context(server_side: bool, config: LinkTlsConfig) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER if server_side else ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(config.cert_file, config.key_file)
+    context.load_verify_locations(cafile=config.ca_file)
+    context.check_hostname = False  # the CA is the identity (pods are dialled by IP)
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def link_tls_contexts(config: LinkTlsConfig) -> LinkTls:
+    """Load the certificate, key and CA; raise ``LinkTlsError`` naming what is wrong."""
+    for field in ("cert_file", "key_file", "ca_file"):
+        path = getattr(config, field)
+        if not path.is_file():
+            raise LinkTlsError(f"cluster.link_tls.{field}: file not found: {path}")
+    try:
+        return LinkTls(_context(True, config), _context(False, config))
+    except (ssl.SSLError, OSError) as error:
+        raise LinkTlsError(f"cluster.link_tls: cannot load the certificates: {error}") from error
+
+
+def log_refused(direction: str, address: str, error: BaseException) -> None:
+    """A TLS failure with a peer: a warning when it is about certificates, else debug."""
+    closed = isinstance(error, ssl.SSLEOFError | ssl.SSLZeroReturnError | ConnectionError)
+    if isinstance(error, ssl.SSLError) and not closed:
+        log.warning("link %s %s refused: TLS: %s", direction, address, error)
+    else:
+        log.debug("link %s %s: TLS handshake failed: %s", direction, address, error)
+
+
+class TlsLinkServer:
+    """The node link's accept loop with TLS: each accepted socket does its handshake in
+    ``connect_accepted_socket`` (the peer verified against the CA), then becomes a link."""
+
+    def __init__(self, factory: Callable[[], PeerLink], context: ssl.SSLContext) -> None:
+        self.factory = factory
+        self.context = context
+        self.sock: socket.socket | None = None
+        self._accepting: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        """Bind and start accepting; return the bound port."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=1024)
+        sock.setblocking(False)
+        self.sock = sock
+        self._accepting = asyncio.get_running_loop().create_task(
+            self._accept_loop(sock), name="link-tls-accept"
+        )
+        bound: int = sock.getsockname()[1]
+        return bound
+
+    async def _accept_loop(self, sock: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, address = await loop.sock_accept(sock)
+            except OSError as error:  # EMFILE and friends: back off, keep listening
+                log.warning("link accept failed: %s", error)
+                await asyncio.sleep(0.1)
+                continue
+            conn.setblocking(False)
+            task = loop.create_task(self._handshake(conn, f"{address[0]}:{address[1]}"))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    async def _handshake(self, conn: socket.socket, address: str) -> None:
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                self.factory, conn, ssl=self.context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S
+            )
+        except (OSError, TimeoutError, ConnectionError) as error:
+            log_refused("from", address, error)
+            conn.close()
+
+    def close(self) -> None:
+        """Stop accepting (links already up stay until the hub closes them)."""
+        for task in (self._accepting, *self._pending):
+            if task is not None:
+                task.cancel()
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None

@@ -1,0 +1,68 @@
+"""The ``cluster`` and ``persistence`` sections: Redis membership, node links, durability."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from xmq.config.section import Section
+
+
+class LinkTlsConfig(Section):
+    """Mutual TLS on the node links: every node presents a certificate signed by the CA."""
+
+    cert_file: Path = Field(description="PEM certificate chain this node presents to its peers.")
+    key_file: Path = Field(description="PEM private key of cert_file.")
+    ca_file: Path = Field(
+        description="PEM CA bundle the peers' certificates must chain to (both directions). "
+        "Host names are not checked: nodes dial pod IPs, so the chain is the identity."
+    )
+
+
+class ClusterConfig(Section):
+    """Cluster membership in Redis and the node-to-node links (off without ``redis_url``)."""
+
+    redis_url: str | None = Field(
+        default=None,
+        description="Redis URL of the cluster (env XMQ_CLUSTER__REDIS_URL or XMQ_REDIS_URL); "
+        "unset: a single in-memory node.",
+    )
+    name: str = Field(
+        default="xmq",
+        pattern=r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$",
+        description="Cluster name inside every Redis key (xmq:v1:{<name>}:...).",
+    )
+    lease_ttl_s: float = Field(
+        default=10.0, ge=0.5, le=300, description="Lease time to live; renewed every ttl/5."
+    )
+    link_host: str = Field(default="127.0.0.1", description="Bind address of the node link.")
+    link_port: int = Field(
+        default=7884,
+        ge=0,
+        le=65535,
+        description="Port of the node link (0: any free). Worker i of `workers` uses "
+        "link_port + i.",
+    )
+    advertise_host: str | None = Field(
+        default=None,
+        description="Host other nodes dial (default: XMQ_POD_IP, else link_host).",
+    )
+    link_tls: LinkTlsConfig | None = Field(
+        default=None,
+        description="Mutual TLS on the node links (unset: plain TCP). Every node of the "
+        "cluster must use it with the same CA.",
+    )
+
+
+class PersistenceConfig(Section):
+    """Durable persistent sessions (used when the cluster has a Redis)."""
+
+    max_queued_writes: int = Field(
+        default=0,
+        ge=0,
+        le=1_000_000,
+        description="0: a QoS 1/2 message to a persistent session is recorded in Redis before "
+        "it is delivered (group-committed per loop tick); N: at most N deliveries ahead of "
+        "their records, then the publisher's socket is paused.",
+    )

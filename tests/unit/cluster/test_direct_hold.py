@@ -1,0 +1,156 @@
+"""Messages for a session owned here: delivered, held while its claim attaches it, or queued."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.direct_hold import Direct, DirectHold
+from xmq.core.broker import Broker
+from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.message import Message
+from xmq.core.settings import CoreSettings
+
+
+class FakeBroker:
+    def __init__(self) -> None:
+        self.sessions: dict[str, Any] = {}
+        self.claiming: dict[str, int] = {}
+        self.delivered: list[tuple[str, bytes]] = []
+        self.changed = asyncio.Event()
+
+    def deliver_direct(
+        self, client_id: str, message: Message, qos: int, retain: bool, ids: tuple[int, ...]
+    ) -> bool:
+        assert client_id in self.sessions
+        self.delivered.append((client_id, message.payload))
+        self.changed.set()
+        return True
+
+
+def _direct(payload: bytes) -> Direct:
+    return (Message("t", payload, 1, False, None, "pub", 0.0), 1, False, ())
+
+
+async def _until(condition: Callable[[], bool], changed: asyncio.Event) -> None:
+    async with asyncio.timeout(2):
+        while not condition():
+            changed.clear()
+            await changed.wait()
+
+
+def _hold(broker: FakeBroker, max_hold_s: float = 5.0) -> tuple[DirectHold, list[str]]:
+    not_here: list[str] = []
+
+    def append(client_id: str, direct: Direct) -> None:
+        not_here.append(f"{client_id}:{direct[0].payload.decode()}")
+        broker.changed.set()
+
+    return DirectHold(broker, append, max_hold_s), not_here
+
+
+async def test_an_attached_session_gets_the_message_at_once() -> None:
+    broker = FakeBroker()
+    broker.sessions["c1"] = object()
+    hold, not_here = _hold(broker)
+    hold.deliver("c1", _direct(b"1"))
+    assert broker.delivered == [("c1", b"1")]
+    assert not_here == []
+    assert len(hold) == 0
+
+
+async def test_messages_wait_for_the_claiming_connect_to_attach_the_session() -> None:
+    broker = FakeBroker()
+    broker.claiming["c1"] = 1  # the claim ran in Redis; the CONNECT has not resumed yet
+    hold, not_here = _hold(broker)
+    hold.deliver("c1", _direct(b"1"))
+    hold.deliver("c1", _direct(b"2"))
+    await asyncio.sleep(0.02)
+    assert broker.delivered == []
+    assert len(hold) == 1
+    del broker.claiming["c1"]
+    broker.sessions["c1"] = object()  # attached
+    hold.deliver("c1", _direct(b"3"))  # behind the held ones, not before them
+    await _until(lambda: len(broker.delivered) == 3, broker.changed)
+    assert broker.delivered == [("c1", b"1"), ("c1", b"2"), ("c1", b"3")]
+    assert not_here == []
+    assert len(hold) == 0
+
+
+async def test_a_claim_that_never_attaches_sends_held_messages_to_the_store() -> None:
+    broker = FakeBroker()
+    broker.claiming["c1"] = 1
+    hold, not_here = _hold(broker)
+    hold.deliver("c1", _direct(b"1"))
+    del broker.claiming["c1"]  # the client went away during the claim
+    await _until(lambda: len(not_here) == 1, broker.changed)
+    assert not_here == ["c1:1"]
+    assert broker.delivered == []
+
+
+async def test_a_claim_running_past_the_limit_sends_held_messages_to_the_store() -> None:
+    broker = FakeBroker()
+    broker.claiming["c1"] = 1
+    hold, not_here = _hold(broker, max_hold_s=0.02)
+    hold.deliver("c1", _direct(b"1"))
+    await _until(lambda: len(not_here) == 1, broker.changed)
+    assert len(hold) == 0
+
+
+async def test_a_session_neither_here_nor_claimed_goes_to_the_store() -> None:
+    broker = FakeBroker()
+    hold, not_here = _hold(broker)
+    hold.deliver("c1", _direct(b"1"))
+    assert not_here == ["c1:1"]
+    assert broker.delivered == []
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.appends: list[tuple[str, tuple[str, int], bytes]] = []
+        self.on_moved: list[Callable[[str, int], None]] = []
+        self.changed = asyncio.Event()
+
+    def append_if_owner(
+        self,
+        client_id: str,
+        owner: tuple[str, int],
+        message: Message,
+        qos: int,
+        retain: bool,
+        on_moved: Callable[[str, int], None],
+    ) -> None:
+        self.appends.append((client_id, owner, message.payload))
+        self.on_moved.append(on_moved)
+        self.changed.set()
+
+
+def _hub() -> tuple[ClusterHub, Broker, FakeStore]:
+    broker = Broker(CoreSettings())
+    store = FakeStore()
+    hub = ClusterHub(broker, NodeIdentity("node-1", 7, online=True), store)  # type: ignore[arg-type]
+    return hub, broker, store
+
+
+async def test_hub_queues_a_message_for_a_session_it_owns_but_does_not_hold() -> None:
+    hub, broker, store = _hub()
+    hub.direct.deliver("c1", _direct(b"1"))
+    # appended while the owner record still names this run of this node
+    assert store.appends == [("c1", ("node-1", 7), b"1")]
+    store.on_moved[0]("", 0)  # the session ended meanwhile: nothing to deliver
+    assert broker.stats.dropped_by_reason == {}
+
+
+async def test_hub_holds_its_own_refused_orphan_append_until_the_claim_attaches() -> None:
+    hub, broker, store = _hub()
+    broker.claiming["c1"] = 1
+    message = _direct(b"1")[0]
+    # an append for the dead owner was refused: this node (run 7) claimed the session
+    hub._owner_moved("c1", message, 1, "node-1", 7)
+    assert len(hub.direct) == 1
+    assert store.appends == []
+    del broker.claiming["c1"]  # not attached: into its Redis queue
+    await _until(lambda: len(store.appends) == 1, store.changed)
+    assert store.appends == [("c1", ("node-1", 7), b"1")]
