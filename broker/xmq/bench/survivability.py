@@ -25,6 +25,7 @@ from time import monotonic_ns
 from xmq.bench.accounting import SeqTracker
 from xmq.bench.connection import BenchConnection, CounterSink, wait_closed_or_abort
 from xmq.bench.migration import ReceiverTally, pid_listening_on, tally_receiver
+from xmq.bench.node_sampler import NodeSampler
 from xmq.bench.packets import MQTT_V5, PublishTemplate, encode_connect, encode_subscribe
 from xmq.bench.publish_schedule import PublishSchedule
 from xmq.bench.survivability_result import IntervalRecord, SurvivabilityResult
@@ -56,6 +57,10 @@ class SurvivabilityOptions:
     backoff_max_s: float = 2.0
     reconnect_timeout_s: float = 60.0
     drain_s: float = 20.0
+    broker_pids: tuple[int, ...] = ()
+    """Broker processes to sample (default: the processes listening on the nodes' ports)."""
+    redis_url: str | None = None
+    """Sample this Redis's CPU and command rate too."""
     run_id: str = field(default_factory=lambda: f"{os.getpid():x}")
 
     @property
@@ -196,6 +201,7 @@ class Run:
         self.options = options
         self.sink = CounterSink()
         self.result = SurvivabilityResult()
+        self.nodes: NodeSampler | None = None
         count = len(options.nodes)
         self.subscribers = [
             Client(self, i, i % count, publisher=False, options=options)
@@ -212,6 +218,7 @@ class Run:
 
     def sample(self, t0: float) -> None:
         counters = self.sink.swap()
+        usage = self.nodes.sample() if self.nodes is not None else None
         self.result.intervals.append(
             IntervalRecord(
                 t_s=round(time.monotonic() - t0, 3),
@@ -224,6 +231,10 @@ class Run:
                     counters.lat_sum_us / counters.delivered / 1000 if counters.delivered else 0.0
                 ),
                 latency_max_ms=counters.lat_max_us / 1000,
+                broker_cpu_pct=usage.broker_cpu_pct if usage else 0.0,
+                broker_rss_mb=usage.broker_rss_bytes / 1e6 if usage else 0.0,
+                redis_cpu_pct=usage.redis_cpu_pct if usage else None,
+                redis_ops=usage.redis_ops if usage else None,
             )
         )
 
@@ -264,6 +275,9 @@ async def _kill_and_restart(run: Run, t0: float) -> None:
     )
     RESTARTED.append(process)
     result.restarted_pid = process.pid
+    if run.nodes is not None:
+        run.nodes.add(process.pid)
+        result.broker_pids.append(process.pid)
     result.restarted_at_s = time.monotonic() - t0
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and process.poll() is None:
@@ -291,6 +305,11 @@ async def run_survivability(options: SurvivabilityOptions) -> SurvivabilityResul
         raise ValueError("survivability needs at least two nodes")
     run = Run(options)
     result = run.result
+    pids = options.broker_pids or tuple(
+        pid for _, port in options.nodes if (pid := pid_listening_on(port)) is not None
+    )
+    run.nodes = NodeSampler(pids, options.redis_url)
+    result.broker_pids = list(run.nodes.pids)
     started = time.monotonic()
     for client in (*run.subscribers, *run.publishers):
         await client.open(client.node)
@@ -324,6 +343,7 @@ async def run_survivability(options: SurvivabilityOptions) -> SurvivabilityResul
         await wait_closed_or_abort(
             [c.connection for c in (*run.publishers, *run.subscribers) if c.connection is not None]
         )
+        run.nodes.close()
     for publisher, subscriber in zip(run.publishers, run.subscribers, strict=True):
         tally: ReceiverTally = tally_receiver(
             subscriber.trackers.get(publisher.index), publisher.sent

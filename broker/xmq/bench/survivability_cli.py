@@ -47,6 +47,15 @@ def add_survivability_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain", type=float, default=20.0, help="seconds to wait for the rest")
     p.add_argument("--session-expiry", type=int, default=3600)
     p.add_argument("--mqtt", choices=("5", "3.1.1"), default="5")
+    p.add_argument(
+        "--broker-pid",
+        type=int,
+        action="append",
+        default=[],
+        metavar="PID",
+        help="broker process to sample (repeat; default: the processes on the nodes' ports)",
+    )
+    p.add_argument("--redis-url", default=None, help="also sample this Redis (CPU, commands/s)")
     p.add_argument("--json", default=None, metavar="PATH", help="JSON lines ('-' = stdout)")
     p.add_argument("--charts", default=None, metavar="DIR", help="write a PNG chart here")
 
@@ -81,6 +90,8 @@ def survivability_main(args: argparse.Namespace) -> int:
         drain_s=args.drain,
         session_expiry=args.session_expiry,
         protocol=MQTT_V5 if args.mqtt == "5" else MQTT_V311,
+        broker_pids=tuple(args.broker_pid),
+        redis_url=args.redis_url,
     )
     try:
         result = uvloop.run(run_survivability(options))

@@ -22,6 +22,12 @@ class IntervalRecord:
     connection_losses: int
     latency_avg_ms: float
     latency_max_ms: float
+    broker_cpu_pct: float = 0.0
+    """CPU of every sampled broker process over the interval, % of one core (summed)."""
+    broker_rss_mb: float = 0.0
+    redis_cpu_pct: float | None = None
+    redis_ops: float | None = None
+    """Redis commands per second (``--redis-url``)."""
 
 
 @dataclass(slots=True)
@@ -48,6 +54,8 @@ class SurvivabilityResult:
     sessions_lost: int = 0
     gave_up: int = 0
     refusals: list[str] = field(default_factory=list)
+    broker_pids: list[int] = field(default_factory=list)
+    """Broker processes sampled (the restarted node's included)."""
     intervals: list[IntervalRecord] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -72,6 +80,25 @@ class SurvivabilityResult:
             "mean_s": statistics.fmean(times),
         }
 
+    def usage_stats(self) -> dict[str, float]:
+        """Broker CPU mean/peak, RSS max and Redis CPU mean over the intervals."""
+        points = self.intervals
+        if not points:
+            return {}
+        cpu = [p.broker_cpu_pct for p in points]
+        stats = {
+            "broker_cpu_pct_mean": statistics.fmean(cpu),
+            "broker_cpu_pct_peak": max(cpu),
+            "broker_rss_mb_max": max(p.broker_rss_mb for p in points),
+        }
+        redis = [p.redis_cpu_pct for p in points if p.redis_cpu_pct is not None]
+        if redis:
+            stats["redis_cpu_pct_mean"] = statistics.fmean(redis)
+            stats["redis_ops_mean"] = statistics.fmean(
+                p.redis_ops for p in points if p.redis_ops is not None
+            )
+        return stats
+
     def summary_record(self) -> dict[str, Any]:
         record = dataclasses.asdict(self)
         del record["intervals"]
@@ -81,6 +108,7 @@ class SurvivabilityResult:
             "scenario": "survivability",
             **record,
             "reconnect": self.reconnect_stats(),
+            "usage": self.usage_stats(),
             "passed": self.passed,
         }
 
@@ -117,12 +145,25 @@ def render_survivability(result: SurvivabilityResult) -> str:
             f"{rc['p50_s']:.2f} s, p90 {rc['p90_s']:.2f} s, max {rc['max_s']:.2f} s "
             f"(attempts max {max(result.reconnect_attempts)})"
         )
+    usage = result.usage_stats()
+    if usage and result.broker_pids:
+        redis = (
+            f"; Redis CPU {usage['redis_cpu_pct_mean']:.0f}%, "
+            f"{usage['redis_ops_mean']:,.0f} commands/s"
+            if "redis_cpu_pct_mean" in usage
+            else ""
+        )
+        lines.append(
+            f"  broker CPU         {usage['broker_cpu_pct_mean']:.0f}% mean, "
+            f"{usage['broker_cpu_pct_peak']:.0f}% peak (all nodes, % of one core); RSS max "
+            f"{usage['broker_rss_mb_max']:,.1f} MB{redis}"
+        )
     lines += [
         f"  sessions           {result.sessions_resumed} resumed, {result.sessions_lost} lost, "
         f"{result.gave_up} gave up",
         f"  verdict            {'PASS' if result.passed else 'FAIL'}",
         "",
-        "   t s   sent/s  deliv/s  dup  conn  lost  avg ms   max ms",
+        "   t s   sent/s  deliv/s  dup  conn  lost  avg ms   max ms  cpu %  rss MB",
     ]
     previous = 0.0
     for p in result.intervals:
@@ -131,7 +172,7 @@ def render_survivability(result: SurvivabilityResult) -> str:
         lines.append(
             f"{p.t_s:6.1f} {p.sent / span:8,.0f} {p.delivered / span:8,.0f} {p.duplicates:4d} "
             f"{p.connected:5d} {p.connection_losses:5d} {p.latency_avg_ms:7.1f} "
-            f"{p.latency_max_ms:8.1f}"
+            f"{p.latency_max_ms:8.1f} {p.broker_cpu_pct:6.0f} {p.broker_rss_mb:7.1f}"
         )
     lines += [f"  refused: {text}" for text in result.refusals]
     return "\n".join(lines)

@@ -133,6 +133,12 @@ def test_load_survives_the_kill_and_restart_of_a_node(cluster: Cluster, tmp_path
     assert "PASS" in report
     assert len(result.intervals) >= 10, report
     assert sum(p.connection_losses for p in result.intervals) == 8, report
+    # every node sampled, the restarted one from its restart on; the victim stops counting
+    assert victim in result.broker_pids and result.restarted_pid in result.broker_pids, report
+    assert len(result.broker_pids) == 4, report
+    publishing = [p for p in result.intervals if p.t_s <= 10]
+    assert all(p.broker_cpu_pct > 0 and p.broker_rss_mb > 10 for p in publishing), report
+    assert "broker CPU" in report
     assert write_survivability_chart(result, tmp_path / "charts").exists()
 
 
