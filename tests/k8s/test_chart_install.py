@@ -21,7 +21,7 @@ from tests.k8s.test_operator_harness import (
     seed_node,
     wait_for,
 )
-from tests.unit.contract.redis_process import running_redis
+from tests.support.redis_server import running_redis
 from xmq.contract import ClusterKeys
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "xmq"
@@ -140,7 +140,7 @@ def test_install_run_with_the_charts_rbac_test_and_uninstall(
         "--kubeconfig", kubeconfig, "get", "secrets", "-n", k8s_namespace, check=False
     )
     assert denied.returncode != 0  # list secrets is not granted
-    with running_redis() as server, running_operator(kubeconfig):
+    with running_redis(decode_responses=True) as server, running_operator(kubeconfig):
         k8s_cluster.apply(secret_manifest("redis", k8s_namespace, {"url": server.url}))
         k8s_cluster.apply(cluster_manifest("rbac", k8s_namespace, replicas=2))
 

@@ -22,7 +22,7 @@ from tests.k8s.test_operator_harness import (
     seed_node,
     wait_for,
 )
-from tests.unit.contract.redis_process import RedisServer, running_redis
+from tests.support.redis_server import RedisServer, running_redis
 from xmq.contract import ClusterKeys
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "xmqcluster.yaml"
@@ -40,7 +40,7 @@ def plane(k8s_cluster: ControlPlane) -> ControlPlane:
 
 @pytest.fixture(scope="module")
 def redis_server() -> Iterator[RedisServer]:
-    with running_redis() as server:
+    with running_redis(decode_responses=True) as server:
         yield server
 
 

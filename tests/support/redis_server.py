@@ -1,7 +1,7 @@
-"""A throw-away redis-server (Debian package) on a free loopback port, for integration tests.
+"""A throw-away redis-server (Debian package) on a free loopback port, for tests.
 
-Generalises ``tests/unit/contract/redis_process.py``: the server can be paused (SIGSTOP, an
-outage that keeps the data) and resumed, and its command statistics read.
+The server can be paused (SIGSTOP, an outage that keeps the data) and resumed, and its command
+statistics read. Its clients answer ``bytes``, or ``str`` with ``decode_responses=True``.
 """
 
 from __future__ import annotations
@@ -30,17 +30,25 @@ def free_port() -> int:
 class RedisServer:
     """A running redis-server process."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], host: str, port: int) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], host: str, port: int, decode_responses: bool = False
+    ) -> None:
         self.proc = proc
         self.host = host
         self.port = port
+        self.decode_responses = decode_responses
 
     @property
     def url(self) -> str:
         return f"redis://{self.host}:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(host=self.host, port=self.port, socket_timeout=10)
+        return redis.Redis(
+            host=self.host,
+            port=self.port,
+            socket_timeout=10,
+            decode_responses=self.decode_responses,
+        )
 
     def pause(self) -> None:
         """SIGSTOP: Redis stops answering but keeps its data (an outage)."""
@@ -64,8 +72,13 @@ class RedisServer:
 
 
 @contextmanager
-def running_redis(appendonly: bool = False) -> Iterator[RedisServer]:
-    """Start redis-server on loopback with a temp dir; stop it afterwards."""
+def running_redis(
+    appendonly: bool = False, decode_responses: bool = False
+) -> Iterator[RedisServer]:
+    """Start redis-server on loopback with a temp dir; stop it afterwards.
+
+    ``decode_responses``: the server's ``client()`` answers ``str`` instead of ``bytes``.
+    """
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not os.path.exists(binary):
         pytest.fail("redis-server is not installed: run scripts/setup-system")
@@ -85,7 +98,7 @@ def running_redis(appendonly: bool = False) -> Iterator[RedisServer]:
             data_dir,
         ]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        server = RedisServer(proc, "127.0.0.1", port)
+        server = RedisServer(proc, "127.0.0.1", port, decode_responses)
         try:
             deadline = time.monotonic() + 10
             client = server.client()

@@ -21,7 +21,8 @@ from xmq.codec.puback_batch import plain_puback_ids
 from xmq.codec.reader import PacketReader
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
-from xmq.core.connection import CONNECTED, ClientConnection
+from xmq.core.connection import ClientConnection
+from xmq.core.connection_states import CONNECTED
 from xmq.core.publish_flow import route_publish
 
 log = logging.getLogger("xmq.net")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from xmq.config import ListenerConfig
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
-from xmq.core.connection import AWAIT_CONNECT
+from xmq.core.connection_states import AWAIT_CONNECT
 from xmq.net.admission import ListenerGate, RefusedClientProtocol
 from xmq.net.certificate_auth import CertificateUserAuthenticator
 from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol

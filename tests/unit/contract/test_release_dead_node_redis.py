@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.unit.contract.redis_process import running_redis
+from tests.support.redis_server import running_redis
 from xmq.contract import (
     CleanupOutcome,
     CleanupResult,
