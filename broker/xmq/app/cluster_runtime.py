@@ -26,6 +26,7 @@ from xmq.contract.retained_scripts import SET_RETAINED
 from xmq.contract.session_scripts import APPEND_IF_OWNER, CLAIM_SESSION, RELEASE_SESSION
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.held_acks import AckGate
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_session_store import RedisSessionStore
 from xmq.store.resp_connection import RedisReplyError
@@ -131,6 +132,9 @@ class ClusterRuntime:
         broker.directory = self.directory
         broker.cluster = self.hub
         broker.store = self.store
+        if self.config.persistence.max_queued_writes == 0:
+            # Publishers' PUBACK / PUBREC wait for their messages' durable records.
+            broker.acks = AckGate(broker.settings.limits.receive_maximum)
         broker.retained_sync = self.retained
         self.membership.start()
         await self._link_peers()

@@ -5,51 +5,41 @@ addresses come from the leases); both sides send HELLO, then a snapshot of their
 shared groups and persistent subscriptions, then deltas. A publish crosses to each remote node
 at most once. When a link drops, the peer's persistent sessions become orphans: messages for
 them are appended to their Redis queues until another node claims them.
+
+The parts: ``link_dispatch`` (frames from peers, PUBLISH_ACK confirmations), ``takeover``
+(TAKEOVER / TAKEOVER_DONE), ``orphan_appends`` (``APPEND_IF_OWNER`` and a new owner named by
+Redis), ``direct_hold`` and ``link_wait`` (messages for a new owner not ready yet).
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import ssl
-from collections import deque
 from typing import TYPE_CHECKING
 
+from xmq.cluster import link_dispatch
 from xmq.cluster import link_frames as frames
-from xmq.cluster.direct_hold import Direct, DirectHold
-from xmq.cluster.link_frames import BodyReader, Kind
+from xmq.cluster.direct_hold import DirectHold
+from xmq.cluster.link_frames import BodyReader
 from xmq.cluster.link_tls import LinkTls, TlsLinkServer, log_refused
-from xmq.cluster.link_wait import LinkWait, Owner, Waiting
+from xmq.cluster.link_wait import LinkWait
+from xmq.cluster.orphan_appends import OrphanAppends
 from xmq.cluster.peer_link import PeerLink
-from xmq.cluster.route_table import (
-    NO_LOCAL,
-    RETAIN_AS_PUBLISHED,
-    DurableSub,
-    OrphanIndex,
-    OrphanSub,
-    RouteTable,
-)
+from xmq.cluster.route_table import RouteTable
+from xmq.cluster.takeover import Takeovers, sub_flags
 from xmq.codec.reason_codes import ReasonCode
-from xmq.contract.message_record import decode_record, encode_record
-from xmq.core.cluster_ports import DurableStore, NodeIdentity
+from xmq.contract.message_record import encode_record
+from xmq.core.cluster_ports import DurableHold, DurableStore, NodeIdentity
 from xmq.core.message import Message
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Coroutine
 
     from xmq.core.broker import Broker
     from xmq.core.session import Session, Subscription
 
 log = logging.getLogger("xmq.cluster")
-
-MOVED_KEEP_S = 10.0
-
-
-def _flags(sub: Subscription) -> int:
-    return (NO_LOCAL if sub.no_local else 0) | (
-        RETAIN_AS_PUBLISHED if sub.retain_as_published else 0
-    )
 
 
 class ClusterHub:
@@ -64,18 +54,21 @@ class ClusterHub:
         self._all_links: set[PeerLink] = set()
         self._filters: dict[str, int] = {}
         self._shares: dict[tuple[str, str], int] = {}
-        self._requests = itertools.count(1)
-        self._takeovers: dict[int, asyncio.Future[bool]] = {}
+        self.takeovers = Takeovers(self)
         self._dialing: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | TlsLinkServer | None = None
         self.link_tls: LinkTls | None = None  # mutual TLS on every link (cluster.link_tls)
         self.forwarded = 0
         self.received = 0
+        # Appends for sessions of dead owners, and what happens when Redis names a new owner.
+        self.orphans = OrphanAppends(self)
         # Messages for sessions this node owns in Redis: held while the claim attaches them.
-        self.direct = DirectHold(broker, self._not_here, 2 * identity.lease_ttl_s + 5.0)
+        self.direct = DirectHold(
+            broker, self.orphans.not_here, 2 * identity.lease_ttl_s + 5.0, store
+        )
         # Messages for a session's new owner not linked yet (a node that has just started).
-        self.link_wait = LinkWait(self._append_for, identity.lease_ttl_s + 5.0)
+        self.link_wait = LinkWait(self.orphans.append_for, identity.lease_ttl_s + 5.0)
         # Told the topic of each retained change a peer sends (while retained messages load).
         self.on_retained: Callable[[str], None] | None = None
 
@@ -101,7 +94,7 @@ class ClusterHub:
             if node <= me or node in self.links or node in self._dialing:
                 continue
             self._dialing.add(node)
-            self._spawn(self._dial(node, address))
+            self.spawn(self._dial(node, address))
 
     async def _dial(self, node: str, address: str) -> None:
         host, _, port = address.rpartition(":")
@@ -134,8 +127,8 @@ class ClusterHub:
         writer.close()
         return True
 
-    def _spawn(self, coro: object) -> None:
-        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[None, None, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -158,8 +151,11 @@ class ClusterHub:
         self._all_links.add(link)
         log.info("link up: %s (epoch %d)", node, epoch)
         self._send_snapshot(link)
-        for client_id, message, qos in self.link_wait.take((node, epoch)):
-            link.send(frames.direct(client_id, self.encode(message, qos, False)))
+        for client_id, message, qos, hold in self.link_wait.take((node, epoch)):
+            data = frames.direct(client_id, self.encode(message, qos, False))
+            link.send_direct(data, client_id, message, qos, hold)
+            if hold is not None:
+                hold.release()  # the link holds it now
 
     def _send_snapshot(self, link: PeerLink) -> None:
         for topic_filter in self._filters:
@@ -185,12 +181,19 @@ class ClusterHub:
         fresh = self.table.forget_node(
             link.peer_node, link.peer_epoch, orphan and self.store is not None
         )
-        unconfirmed, link.unconfirmed = link.unconfirmed, deque()
-        if len(fresh):
-            # Messages forwarded to the node that it had not confirmed as recorded when the
-            # link died: append them for its persistent sessions.
-            for _, message in unconfirmed:
-                self._to_orphans(fresh, message)
+        # Messages sent to the node that it had not confirmed as recorded when the link died:
+        # appended for its persistent sessions (a DIRECT one for its session, expecting the
+        # dead run); the publishers' held acks wait for those appends instead.
+        dead = (link.peer_node, link.peer_epoch)
+        for _, message, hold, direct in link.take_unconfirmed():
+            if direct is None:
+                if len(fresh):
+                    self.orphans.to_orphans(fresh, message, hold)
+            elif orphan:
+                client_id, qos = direct
+                self.orphans.append_for(dead, (client_id, message, qos, hold))
+            if hold is not None:
+                hold.release()
         pending, link.shared_out = link.shared_out, {}
         for group, topic_filter, message in pending.values():
             self._redispatch_shared(group, topic_filter, message, exclude=link.peer_node)
@@ -229,7 +232,7 @@ class ClusterHub:
 
     def _dsub(self, added: bool, session: Session, sub: Subscription) -> bytes:
         return frames.durable_sub(
-            added, session.client_id, sub.topic_filter, sub.topic_filter, sub.qos, _flags(sub)
+            added, session.client_id, sub.topic_filter, sub.topic_filter, sub.qos, sub_flags(sub)
         )
 
     def subscription_changed(self, session: Session, sub: Subscription, added: bool) -> None:
@@ -282,7 +285,7 @@ class ClusterHub:
             retain,
         )
 
-    def forward(self, message: Message) -> int:
+    def forward(self, message: Message, hold: DurableHold | None = None) -> int:
         count = 0
         table = self.table
         links = self.links
@@ -299,7 +302,7 @@ class ClusterHub:
                     continue
                 if not data:
                     data = frames.publish(self.encode(message, message.qos, message.retain))
-                link.send_publish(data, message, bool(durable_nodes.get(node)))
+                link.send_publish(data, message, bool(durable_nodes.get(node)), hold)
                 sent.add(node)
             if message.retain and len(sent) < len(links):
                 if not data:
@@ -317,9 +320,9 @@ class ClusterHub:
                         count += 1
             self.forwarded += len(sent)
         if len(table.orphans):
-            count += self._to_orphans(table.orphans, message)
+            count += self.orphans.to_orphans(table.orphans, message, hold)
         if len(table.moved):
-            count += self._to_orphans(table.moved, message)
+            count += self.orphans.to_orphans(table.moved, message, hold)
         return count
 
     def has_shared(self, group: str, topic_filter: str) -> bool:
@@ -345,200 +348,13 @@ class ClusterHub:
                 return True
             tried.add(node)
 
-    def _to_orphans(self, index: OrphanIndex, message: Message) -> int:
-        store = self.store
-        if store is None:
-            return 0
-        targets: dict[str, tuple[OrphanSub, int, bool]] = {}
-        for client_id, orphan in index.tree.match(message.topic):
-            if orphan.flags & NO_LOCAL and client_id == message.origin:
-                continue
-            qos = min(orphan.qos, message.qos)
-            retain = message.retain and bool(orphan.flags & RETAIN_AS_PUBLISHED)
-            previous = targets.get(client_id)
-            if previous is None or previous[1] < qos:
-                targets[client_id] = (orphan, qos, retain)
-        count = 0
-        for client_id, (orphan, qos, retain) in targets.items():
-            if qos == 0:
-                continue  # QoS 0 is not kept for an offline session
-            count += 1
-
-            def moved(node: str, epoch: int, cid: str = client_id, q: int = qos) -> None:
-                self._owner_moved(cid, message, q, node, epoch)
-
-            store.append_if_owner(client_id, orphan.owner, message, qos, retain, moved)
-        return count
-
-    def _owner_moved(
-        self, client_id: str, message: Message, qos: int, node: str, epoch: int
-    ) -> None:
-        """An orphan append found another owner: send the message to it directly."""
-        if not node:
-            self.table.orphans.drop(client_id)  # the session ended
-            return
-        if client_id in self.table.durable.get(node, {}):
-            self.table.orphans.drop(client_id)  # its new owner's routes take over
-        identity = self.identity
-        if node == identity.node_id and epoch == identity.epoch:
-            # Claimed here: the claiming CONNECT may not have attached the session yet.
-            self.direct.deliver(client_id, (message, qos, False, ()))
-            return
-        link = self.links.get(node)
-        if link is not None and link.peer_epoch == epoch:
-            link.send(frames.direct(client_id, self.encode(message, qos, False)))
-        elif link is not None and link.peer_epoch > epoch:
-            self._append_for((node, epoch), (client_id, message, qos))  # a dead run owns it
-        else:
-            self.link_wait.add((node, epoch), client_id, message, qos)
-
-    def _append_for(self, owner: Owner, waiting: Waiting) -> None:
-        """Append to the session's Redis queue while ``owner`` (a run not linked) owns it."""
-        store = self.store
-        if store is None:
-            return
-        client_id, message, qos = waiting
-
-        def moved(node: str, epoch: int) -> None:
-            self._owner_moved(client_id, message, qos, node, epoch)
-
-        store.append_if_owner(client_id, owner, message, qos, False, moved)
-
-    def _not_here(self, client_id: str, direct: Direct) -> None:
-        """A message for a session owned here that is not attached (its client left during
-        the claim, or it was just handed over): into its Redis queue while we still own it."""
-        identity = self.identity
-        if self.store is None or not identity.online:
-            self.broker.stats.drop("session_gone")
-            return
-        message, qos, _, _ = direct  # a DIRECT message is never sent retained
-        self._append_for((identity.node_id, identity.epoch), (client_id, message, qos))
-
-    # -- frames from peers ------------------------------------------------------------------
-
-    def _message(self, record_bytes: bytes) -> tuple[Message, int, bool, tuple[int, ...]]:
-        record = decode_record(record_bytes)
-        message = Message(
-            record.topic,
-            record.payload,
-            record.qos,
-            record.retain,
-            record.properties,
-            record.origin,
-            self.broker.now(),
-        )
-        return message, record.delivery_qos, record.delivery_retain, record.subscription_ids
+    # -- frames from peers, takeovers ---------------------------------------------------------
 
     def handle_frame(self, link: PeerLink, kind: int, body: bytes) -> None:
-        node = link.peer_node
-        table = self.table
-        if kind == Kind.PUBLISH:
-            self.received += 1
-            message = self._message(body)[0]
-            if message.retain and (on_retained := self.on_retained) is not None:
-                on_retained(message.topic)
-            self.broker.publish_from_peer(message)
-            link.published_in += 1
-            if not link.ack_pending:
-                link.ack_pending = True
-                self._spawn(self._confirm_publishes(link))
-            if len(table.moved):
-                self._to_orphans(table.moved, message)
-            return
-        reader = BodyReader(body)
-        if kind == Kind.ROUTE:
-            added = bool(reader.u8())
-            table.route(node, reader.text(), added)
-        elif kind == Kind.SHARE:
-            added = bool(reader.u8())
-            group = reader.text()
-            table.share(node, group, reader.text(), added)
-        elif kind == Kind.DSUB:
-            added = bool(reader.u8())
-            client_id, key, topic_filter = reader.text(), reader.text(), reader.text()
-            qos, flags = reader.u8(), reader.u8()
-            if added:
-                table.moved.drop(client_id)
-            table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags), added)
-        elif kind == Kind.DGONE:
-            table.durable_gone(node, link.peer_epoch, reader.text(), self.store is not None)
-        elif kind == Kind.SHARED:
-            sequence, group, topic_filter = reader.u32(), reader.text(), reader.text()
-            message = self._message(reader.rest())[0]
-            self.broker.publish_shared_from_peer(
-                group, topic_filter, message, lambda: link.confirm_shared(sequence)
-            )
-        elif kind == Kind.PUBLISH_ACK:
-            link.confirmed(reader.u64())
-        elif kind == Kind.SHARED_ACK:
-            out = link.shared_out
-            for _ in range(reader.u32()):
-                out.pop(reader.u32(), None)
-        elif kind == Kind.DIRECT:
-            client_id = reader.text()
-            self.direct.deliver(client_id, self._message(reader.rest()))
-        elif kind == Kind.TAKEOVER:
-            request, client_id, epoch = reader.u32(), reader.text(), reader.u64()
-            self._spawn(self._hand_over(link, request, client_id, epoch))
-        elif kind == Kind.TAKEOVER_DONE:
-            request, ok = reader.u32(), bool(reader.u8())
-            future = self._takeovers.get(request)
-            if future is not None and not future.done():
-                future.set_result(ok)
-        else:
-            raise frames.FrameError(f"unknown frame kind {kind}")
-
-    async def _confirm_publishes(self, link: PeerLink) -> None:
-        """Tell the sender how many PUBLISH frames are in our records (one ack per flush)."""
-        await asyncio.sleep(0)  # let this tick's frames be handled first
-        count = link.published_in
-        if self.store is not None:
-            await self.store.flush()
-        link.ack_pending = False
-        link.send(frames.publish_ack(count))
-        if link.published_in != count and not link.ack_pending:
-            link.ack_pending = True
-            self._spawn(self._confirm_publishes(link))
-
-    # -- takeover -----------------------------------------------------------------------------
+        link_dispatch.handle_frame(self, link, kind, body)
 
     async def request_takeover(self, owner: tuple[str, int], client_id: str) -> bool:
-        link = self.links.get(owner[0])
-        if link is None or link.peer_epoch != owner[1]:
-            return False
-        request = next(self._requests)
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._takeovers[request] = future
-        link.send(frames.takeover(request, client_id, owner[1]))
-        try:
-            async with asyncio.timeout(max(2.0, self.identity.lease_ttl_s)):
-                return await future
-        except TimeoutError:
-            return False
-        finally:
-            self._takeovers.pop(request, None)
-
-    async def _hand_over(self, link: PeerLink, request: int, client_id: str, epoch: int) -> None:
-        broker = self.broker
-        for _ in range(200):  # a claim of this id in progress here: let it attach first
-            if client_id not in broker.claiming:
-                break
-            await asyncio.sleep(0.005)
-        session = broker.sessions.get(client_id)
-        if session is not None:
-            durable = session.store is not None
-            subs = [s for s in session.subscriptions.values() if s.share_group is None]
-            broker.hand_over(client_id)
-            if durable and self.store is not None and subs:
-                owner = (self.identity.node_id, self.identity.epoch)
-                for sub in subs:
-                    orphan = OrphanSub(owner, sub.qos, _flags(sub))
-                    self.table.moved.add(client_id, sub.topic_filter, orphan)
-                loop = asyncio.get_running_loop()
-                loop.call_later(MOVED_KEEP_S, self.table.moved.drop, client_id)
-        if self.store is not None:
-            await self.store.flush()
-        link.send(frames.takeover_done(request, True))
+        return await self.takeovers.request(owner, client_id)
 
     # -- offline ----------------------------------------------------------------------------
 

@@ -10,6 +10,10 @@ client id and in arrival order, until the session is attached (one timer per hel
 not per message). A message for a session that is neither here nor being claimed (its client
 went away during the claim, or the session was just handed over to another node) goes to the
 session's Redis queue while this node still owns it there; the next claim reads it from there.
+
+A message may carry its publisher's held acknowledgement (``DurableHold``): it is held while
+the message waits here and handed to the durable store while the message is delivered, so
+the session's record of it holds the ack in turn.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from xmq.core.message import Message
 
 if TYPE_CHECKING:
+    from xmq.core.cluster_ports import DurableHold, DurableStore
     from xmq.core.session import Session
 
 Direct = tuple[Message, int, bool, tuple[int, ...]]
@@ -43,41 +48,66 @@ class LocalSessions(Protocol):
     ) -> bool: ...
 
 
+NotHere = Callable[[str, Direct, "DurableHold | None"], None]
+
+
 class DirectHold:
     """Delivers DIRECT messages to attached sessions, holding them while a claim runs."""
 
-    __slots__ = ("_broker", "_held", "_not_here", "max_hold_s")
+    __slots__ = ("_broker", "_held", "_not_here", "max_hold_s", "store")
 
     def __init__(
         self,
         broker: LocalSessions,
-        not_here: Callable[[str, Direct], None],
+        not_here: NotHere,
         max_hold_s: float,
+        store: DurableStore | None = None,
     ) -> None:
         self._broker = broker
         self._not_here = not_here
         self.max_hold_s = max_hold_s
-        self._held: dict[str, list[Direct]] = {}
+        self.store = store
+        self._held: dict[str, list[tuple[Direct, DurableHold | None]]] = {}
 
     def __len__(self) -> int:
         """Client ids with held messages."""
         return len(self._held)
 
-    def deliver(self, client_id: str, direct: Direct) -> None:
+    def deliver(self, client_id: str, direct: Direct, hold: DurableHold | None = None) -> None:
         held = self._held.get(client_id)
         if held is not None:
-            held.append(direct)  # behind the ones already waiting: arrival order
+            self._keep(held, direct, hold)  # behind the ones already waiting: arrival order
             return
         broker = self._broker
         if client_id in broker.sessions:
-            broker.deliver_direct(client_id, *direct)
+            self._deliver(client_id, direct, hold)
             return
         if client_id in broker.claiming:
-            self._held[client_id] = [direct]
+            self._held[client_id] = held = []
+            self._keep(held, direct, hold)
             loop = asyncio.get_running_loop()
             loop.call_later(POLL_S, self._check, client_id, loop.time() + self.max_hold_s)
             return
-        self._not_here(client_id, direct)
+        self._not_here(client_id, direct, hold)
+
+    @staticmethod
+    def _keep(
+        held: list[tuple[Direct, DurableHold | None]], direct: Direct, hold: DurableHold | None
+    ) -> None:
+        if hold is not None:
+            hold.hold()
+        held.append((direct, hold))
+
+    def _deliver(self, client_id: str, direct: Direct, hold: DurableHold | None) -> None:
+        store = self.store
+        if hold is None or store is None:
+            self._broker.deliver_direct(client_id, *direct)
+            return
+        previous, store.hold = store.hold, hold  # the session's record holds the ack
+        try:
+            self._broker.deliver_direct(client_id, *direct)
+        finally:
+            store.hold = previous
 
     def _check(self, client_id: str, deadline: float) -> None:
         broker = self._broker
@@ -86,8 +116,10 @@ class DirectHold:
             if loop.time() < deadline:
                 loop.call_later(POLL_S, self._check, client_id, deadline)
                 return
-        for direct in self._held.pop(client_id, ()):
+        for direct, hold in self._held.pop(client_id, ()):
             if client_id in broker.sessions:
-                broker.deliver_direct(client_id, *direct)
+                self._deliver(client_id, direct, hold)
             else:
-                self._not_here(client_id, direct)
+                self._not_here(client_id, direct, hold)
+            if hold is not None:
+                hold.release()

@@ -5,20 +5,25 @@ with DIRECT. A node that has just started (a killed node back under a new epoch)
 sessions before the other nodes have dialled it: the new owner is alive but not linked yet.
 Its messages wait here, per owner run, until its HELLO arrives; an owner run that is not
 linked within ``wait_s`` (it died as well) has them appended to the sessions' Redis queues
-while it still owns them, for the next claim to read.
+while it still owns them, for the next claim to read. A waiting message keeps its publisher's
+held acknowledgement (``DurableHold``) held until it has been sent or appended.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from xmq.core.message import Message
 
+if TYPE_CHECKING:
+    from xmq.core.cluster_ports import DurableHold
+
 Owner = tuple[str, int]
 """node id, run epoch"""
-Waiting = tuple[str, Message, int]
-"""client id, message, delivery QoS"""
+Waiting = tuple[str, Message, int, "DurableHold | None"]
+"""client id, message, delivery QoS, the publisher's held ack (held while waiting)"""
 
 
 class LinkWait:
@@ -36,16 +41,26 @@ class LinkWait:
         """Owner runs with waiting messages."""
         return len(self._waiting)
 
-    def add(self, owner: Owner, client_id: str, message: Message, qos: int) -> None:
+    def add(
+        self,
+        owner: Owner,
+        client_id: str,
+        message: Message,
+        qos: int,
+        hold: DurableHold | None = None,
+    ) -> None:
         waiting = self._waiting.get(owner)
         if waiting is None:
             self._waiting[owner] = waiting = []
             loop = asyncio.get_running_loop()
             self._timers[owner] = loop.call_later(self.wait_s, self._give_up, owner)
-        waiting.append((client_id, message, qos))
+        if hold is not None:
+            hold.hold()
+        waiting.append((client_id, message, qos, hold))
 
     def take(self, owner: Owner) -> list[Waiting]:
-        """The link to ``owner`` is up: its waiting messages, in arrival order."""
+        """The link to ``owner`` is up: its waiting messages, in arrival order (the caller
+        releases their holds once it has sent them)."""
         timer = self._timers.pop(owner, None)
         if timer is not None:
             timer.cancel()
@@ -55,3 +70,6 @@ class LinkWait:
         del self._timers[owner]
         for waiting in self._waiting.pop(owner, ()):
             self._expired(owner, waiting)
+            hold = waiting[3]
+            if hold is not None:
+                hold.release()

@@ -13,11 +13,17 @@ from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello, share
 
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
+    from xmq.core.cluster_ports import DurableHold
+    from xmq.core.message import Message
+
+Unconfirmed = tuple[int, "Message", "DurableHold | None", "tuple[str, int] | None"]
+"""frame sequence, message, the publisher's held ack, (client id, QoS) of a DIRECT frame"""
 
 log = logging.getLogger("xmq.cluster.link")
 
 MAX_UNCONFIRMED = 100_000
-"""PUBLISH frames kept for a peer that has not confirmed them (bounds memory if it stalls)."""
+"""PUBLISH / DIRECT frames kept for a peer that has not confirmed them (bounds memory if it
+stalls; the oldest beyond it are given up, their held acks released)."""
 
 
 class PeerLink(asyncio.Protocol):
@@ -55,10 +61,11 @@ class PeerLink(asyncio.Protocol):
         self.shared_seq = 0
         self.shared_out: dict[int, tuple[str, str, Any]] = {}
         self.received_shared: list[int] = []
-        # PUBLISH frames: sent (count), and those for a node with persistent sessions kept
-        # until it confirms they are in its records; received (count) for our confirmations
+        # PUBLISH and DIRECT frames: sent (count), and those for a node with persistent
+        # sessions (every DIRECT) kept until it confirms they are in its records, with the
+        # publisher's held ack; received (count) for our confirmations
         self.published_out = 0
-        self.unconfirmed: deque[tuple[int, Any]] = deque()
+        self.unconfirmed: deque[Unconfirmed] = deque()
         self.published_in = 0
         self.ack_pending = False
         self._ack_scheduled = False
@@ -106,21 +113,47 @@ class PeerLink(asyncio.Protocol):
         if self.transport is not None and not self.closed and out:
             self.transport.writelines(out)
 
-    def send_publish(self, data: bytes, message: Any, keep: bool) -> None:
-        """Send a PUBLISH frame; ``keep`` it until the peer confirms it is recorded."""
+    def send_publish(
+        self, data: bytes, message: Message, keep: bool, hold: DurableHold | None = None
+    ) -> None:
+        """Send a PUBLISH frame; ``keep`` it (and ``hold``) until the peer has recorded it."""
         self.published_out += 1
         if keep:
-            unconfirmed = self.unconfirmed
-            unconfirmed.append((self.published_out, message))
-            if len(unconfirmed) > MAX_UNCONFIRMED:
-                unconfirmed.popleft()
+            self._keep((self.published_out, message, hold, None))
         self.send(data)
 
+    def send_direct(
+        self, data: bytes, client_id: str, message: Message, qos: int, hold: DurableHold | None
+    ) -> None:
+        """Send a DIRECT frame, kept (with ``hold``) until the peer has recorded it."""
+        self.published_out += 1
+        self._keep((self.published_out, message, hold, (client_id, qos)))
+        self.send(data)
+
+    def _keep(self, entry: Unconfirmed) -> None:
+        hold = entry[2]
+        if hold is not None:
+            hold.hold()
+        unconfirmed = self.unconfirmed
+        unconfirmed.append(entry)
+        if len(unconfirmed) > MAX_UNCONFIRMED:
+            dropped = unconfirmed.popleft()[2]
+            if dropped is not None:
+                dropped.release()
+
     def confirmed(self, count: int) -> None:
-        """The peer has the first ``count`` PUBLISH frames in its records."""
+        """The peer has the first ``count`` PUBLISH and DIRECT frames in its records: their
+        held acks are released (one batch per PUBLISH_ACK)."""
         unconfirmed = self.unconfirmed
         while unconfirmed and unconfirmed[0][0] <= count:
-            unconfirmed.popleft()
+            hold = unconfirmed.popleft()[2]
+            if hold is not None:
+                hold.release()
+
+    def take_unconfirmed(self) -> deque[Unconfirmed]:
+        """The link is gone: what the peer never confirmed (its holds still taken)."""
+        unconfirmed, self.unconfirmed = self.unconfirmed, deque()
+        return unconfirmed
 
     def confirm_shared(self, sequence: int) -> None:
         """A SHARED frame's message was acknowledged by its member (one ack frame per tick)."""

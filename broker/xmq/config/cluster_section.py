@@ -63,6 +63,8 @@ class PersistenceConfig(Section):
         ge=0,
         le=1_000_000,
         description="0: a QoS 1/2 message to a persistent session is recorded in Redis before "
-        "it is delivered (group-committed per loop tick); N: at most N deliveries ahead of "
-        "their records, then the publisher's socket is paused.",
+        "it is delivered and before its publisher gets the PUBACK / PUBREC, also when the "
+        "session is on another node (group-committed per loop tick); N: at most N deliveries "
+        "ahead of their records, then the publisher's socket is paused (acknowledgements do "
+        "not wait).",
     )

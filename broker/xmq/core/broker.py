@@ -18,6 +18,7 @@ from xmq.core.auth_ports import AuthEvents
 from xmq.core.cluster_claims import apply_restored
 from xmq.core.cluster_ports import (
     ClusterRouter,
+    DurableHold,
     DurableStore,
     NodeIdentity,
     RecordedPacketIds,
@@ -25,6 +26,7 @@ from xmq.core.cluster_ports import (
     RetainedSync,
     SessionDirectory,
 )
+from xmq.core.held_acks import AckGate
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.settings import CoreSettings
@@ -65,6 +67,8 @@ class Broker(AuthEvents):
         self.cluster: ClusterRouter | None = None
         self.store: DurableStore | None = None
         self.retained_sync: RetainedSync | None = None
+        # Publishers' acks held until their records are written (max_queued_writes 0).
+        self.acks: AckGate | None = None
         self.claiming: dict[str, int] = {}  # client ids with a cluster claim in progress
 
     @property
@@ -296,12 +300,17 @@ class Broker(AuthEvents):
         self.plans.put(topic, plan)
         return plan
 
-    def publish(self, message: Message) -> int:
-        """Route a message to every matching subscription; return the number of deliveries."""
+    def publish(self, message: Message, hold: DurableHold | None = None) -> int:
+        """Route a message to every matching subscription; return the number of deliveries.
+
+        ``hold`` (cluster only): the publisher's held acknowledgement, which the cluster
+        router holds for the durable records on other nodes (``store.hold`` is the same
+        object while this runs, for the local ones).
+        """
         count = self.publish_from_peer(message)
         cluster = self.cluster
         if cluster is not None:
-            count += cluster.forward(message)
+            count += cluster.forward(message, hold)
             if message.retain and (sync := self.retained_sync) is not None:
                 sync.changed(message)
         if len(self.shared):

@@ -94,8 +94,24 @@ class SessionDirectory(Protocol):
         """The session ended here: drop its owner record (when still ours) and stored state."""
 
 
+class DurableHold(Protocol):
+    """Something that waits for durable records: a publisher's held PUBACK / PUBREC
+    (``core.held_acks.HeldAck``). Each record it waits for takes one ``hold()`` and gives it
+    back with ``release()`` once it is written (or once it no longer needs to be waited for).
+    """
+
+    def hold(self) -> None: ...
+
+    def release(self) -> None: ...
+
+
 class DurableStore(Protocol):
     """Durable records of persistent sessions (group-committed once per loop tick)."""
+
+    hold: DurableHold | None
+    """Set by the core while it routes a PUBLISH whose acknowledgement waits for its records
+    (``max_queued_writes`` 0): every record and inbound QoS 2 id queued meanwhile holds it
+    until Redis has answered."""
 
     def record(self, session: Session, delivery: Delivery, now: float) -> bool:
         """Record a QoS 1/2 delivery, then hand it to ``session.deliver_recorded``."""
@@ -130,18 +146,25 @@ class DurableStore(Protocol):
         qos: int,
         retain: bool,
         on_moved: Callable[[str, int], None],
+        hold: DurableHold | None = None,
     ) -> None:
         """Queue a message in Redis for a session whose owner is gone (while it still owns it).
 
         When another node owns the session by then, ``on_moved(node id, epoch)`` is called.
+        ``hold`` is held until Redis has answered (and ``on_moved`` has run).
         """
 
 
 class ClusterRouter(Protocol):
     """Routes to other nodes over the node links."""
 
-    def forward(self, message: Message) -> int:
-        """Send a locally published message to every other node with a matching route."""
+    def forward(self, message: Message, hold: DurableHold | None = None) -> int:
+        """Send a locally published message to every other node with a matching route.
+
+        ``hold`` (a publisher's held acknowledgement) is held until every node with
+        persistent sessions the message went to has it in its records, and every append
+        for a dead owner's session is in Redis.
+        """
         ...
 
     def forward_shared(self, group: str, topic_filter: str, message: Message) -> bool:

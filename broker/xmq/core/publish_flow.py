@@ -10,11 +10,13 @@ from xmq.codec.errors import ProtocolError
 from xmq.codec.packets import MQTT_5, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import ReasonCode
+from xmq.core.held_acks import AckGate
 from xmq.core.message import EncodedPublish, Message
 from xmq.routing.topics import TopicError, validate_topic_name
 
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
+    from xmq.core.session import Session
 
 _PUBACK = b"\x40\x02"
 _PUBREC = b"\x50\x02"
@@ -105,8 +107,10 @@ def route_publish(
     session = conn.session
     assert session is not None
     if qos == 2:
-        if packet_id in session.inbound_qos2:
-            conn.link.write(_PUBREC + packet_id.to_bytes(2, "big"))  # a re-sent QoS 2 PUBLISH
+        if packet_id in session.inbound_qos2:  # a re-sent QoS 2 PUBLISH
+            gate = broker.acks
+            if gate is None or not gate.resent(conn, session.client_id, packet_id):
+                conn.link.write(_PUBREC + packet_id.to_bytes(2, "big"))
             return
         if len(session.inbound_qos2) >= limits.receive_maximum:
             conn.close_with(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
@@ -119,6 +123,9 @@ def route_publish(
     message = Message(
         topic, payload, qos, retain, props, session.client_id, now, wire, conn.version
     )
+    if qos and (gate := broker.acks) is not None:  # None without a cluster
+        _route_held(conn, gate, session, message, packet_id, received & _SAMPLE_MASK == 1)
+        return
     if received & _SAMPLE_MASK != 1:
         delivered = broker.publish(message)
     else:
@@ -133,6 +140,39 @@ def route_publish(
     elif qos == 2:
         session.inbound_for_update().add(packet_id)
         _ack(conn, _PUBREC, packet_id, 0 if delivered else ReasonCode.NO_MATCHING_SUBSCRIBERS)
+
+
+def _route_held(
+    conn: ClientConnection,
+    gate: AckGate,
+    session: Session,
+    message: Message,
+    packet_id: int,
+    sampled: bool,
+) -> None:
+    """Route a QoS 1/2 PUBLISH whose PUBACK / PUBREC waits until every durable record of it
+    is written (a cluster with ``max_queued_writes`` 0; see ``core.held_acks``)."""
+    qos = message.qos
+    held = gate.begin(conn, session.client_id, qos, packet_id)
+    broker = conn.broker
+    store = broker.store
+    if store is not None:
+        store.hold = held  # the local records of this message hold the ack
+    try:
+        if qos == 2:
+            session.inbound_for_update().add(packet_id)  # a persistent session's id: recorded
+        if sampled:
+            started = perf_counter()
+            delivered = broker.publish(message, held)
+            broker.stats.route_seconds.observe(perf_counter() - started)
+        else:
+            delivered = broker.publish(message, held)
+    finally:
+        if store is not None:
+            store.hold = None
+    if not delivered:
+        held.reason = ReasonCode.NO_MATCHING_SUBSCRIBERS
+    held.release()  # routing is over: the ack goes now unless records are still unwritten
 
 
 def _refuse_publish(conn: ClientConnection, qos: int, packet_id: int, reason: int) -> None:

@@ -6,8 +6,10 @@ went out also has its packet id in ``session:inflight:<client id>`` (``<id>`` or
 once PUBREC came), so a resuming node re-sends PUBLISH or PUBREL with the same packet id.
 
 ``max_queued_writes`` = 0: a delivery waits for its record (group-committed by the batcher:
-one pipeline per loop tick). N > 0: up to N deliveries go out before their records are
-written; beyond that the publishing client's socket is paused until the backlog halves.
+one pipeline per loop tick), and so does the publisher's acknowledgement: records queued while
+``hold`` is set (by the core, while it routes a QoS 1/2 PUBLISH) hold it until written.
+N > 0: up to N deliveries go out before their records are written; beyond that the publishing
+client's socket is paused until the backlog halves (acknowledgements are not held).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import encode_record
 from xmq.contract.session_scripts import append_if_owner
-from xmq.core.cluster_ports import NodeIdentity, SubscriptionSpec
+from xmq.core.cluster_ports import DurableHold, NodeIdentity, SubscriptionSpec
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
@@ -62,6 +64,7 @@ class RedisSessionStore:
         self.records = 0
         self._ids = itertools.count(1)
         self._paused: set[ClientConnection] = set()
+        self.hold: DurableHold | None = None  # see DurableStore.hold
 
     # -- records ----------------------------------------------------------------------------
 
@@ -95,9 +98,14 @@ class RedisSessionStore:
         self.unwritten += 1
         key = self.keys.session_queue(session.client_id)
         if self.max_queued_writes == 0:
+            hold = self.hold
+            if hold is not None:
+                hold.hold()
 
             def recorded(reply: Any) -> None:
                 self._written()
+                if hold is not None:
+                    hold.release()  # written: the publisher's ack may go
                 if session.store is self:
                     session.deliver_recorded(delivery, self.clock())
 
@@ -160,6 +168,12 @@ class RedisSessionStore:
 
     def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
         key = self.keys.session_qos2_inbound(session.client_id)
+        hold = self.hold
+        if added and hold is not None:
+            hold.hold()  # the PUBREC waits for the id's record too
+            release = hold.release
+            self.batcher.command("SADD", key, packet_id, callback=lambda _: release())
+            return
         self.batcher.command("SADD" if added else "SREM", key, packet_id)
 
     def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
@@ -211,14 +225,25 @@ class RedisSessionStore:
         qos: int,
         retain: bool,
         on_moved: Callable[[str, int], None],
+        hold: DurableHold | None = None,
     ) -> None:
-        """Append to the session's Redis queue while ``owner`` still owns it (else ``on_moved``)."""
+        """Append to the session's Redis queue while ``owner`` still owns it (else ``on_moved``).
+
+        ``hold`` is released once Redis has answered (after ``on_moved``, which takes its own
+        holds for wherever it sends the message).
+        """
         raw = self.new_record(message, qos, retain, ())
         script, keys, args = append_if_owner(self.keys, client_id, owner, raw)
+        if hold is not None:
+            hold.hold()
 
         def done(reply: Any) -> None:
-            if isinstance(reply, list) and reply and int(reply[0]) == 1:
-                node = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
-                on_moved(node, int(reply[2]))
+            try:
+                if isinstance(reply, list) and reply and int(reply[0]) == 1:
+                    node = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
+                    on_moved(node, int(reply[2]))
+            finally:
+                if hold is not None:
+                    hold.release()
 
         self.batcher.script(script, keys, args, callback=done)

@@ -9,7 +9,7 @@ from typing import Any
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.direct_hold import Direct, DirectHold
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.cluster_ports import DurableHold, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
@@ -44,7 +44,7 @@ async def _until(condition: Callable[[], bool], changed: asyncio.Event) -> None:
 def _hold(broker: FakeBroker, max_hold_s: float = 5.0) -> tuple[DirectHold, list[str]]:
     not_here: list[str] = []
 
-    def append(client_id: str, direct: Direct) -> None:
+    def append(client_id: str, direct: Direct, hold: DurableHold | None) -> None:
         not_here.append(f"{client_id}:{direct[0].payload.decode()}")
         broker.changed.set()
 
@@ -121,6 +121,7 @@ class FakeStore:
         qos: int,
         retain: bool,
         on_moved: Callable[[str, int], None],
+        hold: DurableHold | None = None,
     ) -> None:
         self.appends.append((client_id, owner, message.payload))
         self.on_moved.append(on_moved)
@@ -148,7 +149,7 @@ async def test_hub_holds_its_own_refused_orphan_append_until_the_claim_attaches(
     broker.claiming["c1"] = 1
     message = _direct(b"1")[0]
     # an append for the dead owner was refused: this node (run 7) claimed the session
-    hub._owner_moved("c1", message, 1, "node-1", 7)
+    hub.orphans.owner_moved("c1", message, 1, "node-1", 7)
     assert len(hub.direct) == 1
     assert store.appends == []
     del broker.claiming["c1"]  # not attached: into its Redis queue

@@ -11,7 +11,7 @@ from xmq.cluster.link_frames import FrameDecoder, Kind
 from xmq.cluster.link_wait import LinkWait, Owner, Waiting
 from xmq.cluster.peer_link import PeerLink
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.cluster_ports import DurableHold, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
@@ -41,7 +41,7 @@ async def test_waiting_messages_are_taken_in_order_when_the_owner_links() -> Non
     wait.add(("node-5", 1), "c3", _message(b"3"), 1)
     assert len(wait) == 2
     taken = wait.take(("node-4", 9))
-    assert [(client_id, m.payload) for client_id, m, _ in taken] == [("c1", b"1"), ("c2", b"2")]
+    assert [(client_id, m.payload) for client_id, m, _, _ in taken] == [("c1", b"1"), ("c2", b"2")]
     assert wait.take(("node-4", 9)) == []
     await _until(lambda: len(expired) == 1, changed)  # node-5 never linked
     assert expired[0][0] == ("node-5", 1)
@@ -61,6 +61,7 @@ class FakeStore:
         qos: int,
         retain: bool,
         on_moved: Callable[[str, int], None],
+        hold: DurableHold | None = None,
     ) -> None:
         self.appends.append((client_id, owner, message.payload))
 
@@ -75,7 +76,7 @@ def _hub() -> tuple[ClusterHub, FakeStore]:
 async def test_a_new_owner_not_linked_yet_gets_the_messages_when_it_says_hello() -> None:
     hub, store = _hub()
     # an orphan append was refused: node-4's new run (a node just restarted) claimed c1
-    hub._owner_moved("c1", _message(b"1"), 1, "node-4", 9)
+    hub.orphans.owner_moved("c1", _message(b"1"), 1, "node-4", 9)
     assert len(hub.link_wait) == 1
     link = PeerLink(hub)
     hub.link_hello(link, FrameDecoder().feed(frames.hello("node-4", 9))[0][1])
@@ -92,6 +93,6 @@ async def test_an_owner_run_older_than_the_linked_one_is_dead_its_queue_gets_it(
     hub, store = _hub()
     link = PeerLink(hub)
     hub.link_hello(link, FrameDecoder().feed(frames.hello("node-4", 9))[0][1])
-    hub._owner_moved("c1", _message(b"1"), 1, "node-4", 8)
+    hub.orphans.owner_moved("c1", _message(b"1"), 1, "node-4", 8)
     assert store.appends == [("c1", ("node-4", 8), b"1")]
     assert len(hub.link_wait) == 0

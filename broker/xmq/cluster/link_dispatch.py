@@ -1,0 +1,123 @@
+"""Frames from a linked peer (after HELLO), and our PUBLISH_ACK confirmations to it.
+
+PUBLISH and DIRECT frames are counted per link in arrival order; after the store has flushed
+every record they caused, one PUBLISH_ACK tells the sender how many of them are recorded here,
+so it can release its copies and its publishers' held acknowledgements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from xmq.cluster import link_frames as frames
+from xmq.cluster.direct_hold import POLL_S
+from xmq.cluster.link_frames import BodyReader, Kind
+from xmq.cluster.route_table import DurableSub
+from xmq.contract.message_record import decode_record
+from xmq.core.message import Message
+
+if TYPE_CHECKING:
+    from xmq.cluster.cluster_hub import ClusterHub
+    from xmq.cluster.peer_link import PeerLink
+
+Decoded = tuple[Message, int, bool, tuple[int, ...]]
+"""message, delivery QoS, delivery retain flag, subscription identifiers"""
+
+
+def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
+    record = decode_record(record_bytes)
+    message = Message(
+        record.topic,
+        record.payload,
+        record.qos,
+        record.retain,
+        record.properties,
+        record.origin,
+        hub.broker.now(),
+    )
+    return message, record.delivery_qos, record.delivery_retain, record.subscription_ids
+
+
+def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> None:
+    node = link.peer_node
+    table = hub.table
+    if kind == Kind.PUBLISH:
+        hub.received += 1
+        message = decode_message(hub, body)[0]
+        if message.retain and (on_retained := hub.on_retained) is not None:
+            on_retained(message.topic)
+        hub.broker.publish_from_peer(message)
+        _count_in(hub, link)
+        if len(table.moved):
+            hub.orphans.to_orphans(table.moved, message)
+        return
+    reader = BodyReader(body)
+    if kind == Kind.ROUTE:
+        added = bool(reader.u8())
+        table.route(node, reader.text(), added)
+    elif kind == Kind.SHARE:
+        added = bool(reader.u8())
+        group = reader.text()
+        table.share(node, group, reader.text(), added)
+    elif kind == Kind.DSUB:
+        added = bool(reader.u8())
+        client_id, key, topic_filter = reader.text(), reader.text(), reader.text()
+        qos, flags = reader.u8(), reader.u8()
+        if added:
+            table.moved.drop(client_id)
+        table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags), added)
+    elif kind == Kind.DGONE:
+        table.durable_gone(node, link.peer_epoch, reader.text(), hub.store is not None)
+    elif kind == Kind.SHARED:
+        sequence, group, topic_filter = reader.u32(), reader.text(), reader.text()
+        message = decode_message(hub, reader.rest())[0]
+        hub.broker.publish_shared_from_peer(
+            group, topic_filter, message, lambda: link.confirm_shared(sequence)
+        )
+    elif kind == Kind.PUBLISH_ACK:
+        link.confirmed(reader.u64())
+    elif kind == Kind.SHARED_ACK:
+        out = link.shared_out
+        for _ in range(reader.u32()):
+            out.pop(reader.u32(), None)
+    elif kind == Kind.DIRECT:
+        client_id = reader.text()
+        hub.direct.deliver(client_id, decode_message(hub, reader.rest()))
+        _count_in(hub, link)
+    elif kind == Kind.TAKEOVER:
+        request, client_id = reader.u32(), reader.text()
+        reader.u64()  # the epoch the requester expects (it repeats its claim anyway)
+        hub.spawn(hub.takeovers.hand_over(link, request, client_id))
+    elif kind == Kind.TAKEOVER_DONE:
+        request, ok = reader.u32(), bool(reader.u8())
+        hub.takeovers.done(request, ok)
+    else:
+        raise frames.FrameError(f"unknown frame kind {kind}")
+
+
+def _count_in(hub: ClusterHub, link: PeerLink) -> None:
+    link.published_in += 1
+    if not link.ack_pending:
+        link.ack_pending = True
+        hub.spawn(confirm_publishes(hub, link))
+
+
+async def confirm_publishes(hub: ClusterHub, link: PeerLink) -> None:
+    """Tell the sender how many PUBLISH / DIRECT frames are in our records (one ack per
+    flush). DIRECT messages held for a claim in progress here are recorded only once the
+    session is attached: the confirmation waits for the hold to empty (bounded by it)."""
+    await asyncio.sleep(0)  # let this tick's frames be handled first
+    count = link.published_in
+    direct = hub.direct
+    for _ in range(int((direct.max_hold_s + 1.0) / POLL_S)):  # bounded by the hold's limit
+        if not len(direct):
+            break
+        await asyncio.sleep(POLL_S)
+    if hub.store is not None:
+        await hub.store.flush()
+    link.ack_pending = False
+    link.send(frames.publish_ack(count))
+    if link.published_in != count and not link.ack_pending:
+        link.ack_pending = True
+        hub.spawn(confirm_publishes(hub, link))

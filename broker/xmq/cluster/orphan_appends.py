@@ -1,0 +1,117 @@
+"""Messages for persistent sessions whose owner is gone, or that moved away from here.
+
+A message matching an orphan's subscription is appended to the session's Redis queue with
+``APPEND_IF_OWNER`` (expecting the dead owner's run). When Redis refuses because another node
+owns the session by then, the message goes to that owner: held here while this node's own claim
+attaches it (``DirectHold``), over the link with DIRECT, after the link's HELLO when the owner
+is not linked yet (``LinkWait``), or appended expecting the owner's run when that run is dead.
+
+Each step carries the publisher's held acknowledgement (``DurableHold``, when there is one):
+the append holds it until Redis answers, a DIRECT frame until the owner confirms it in its
+records, so the ack goes out only once the message is durable somewhere.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xmq.cluster import link_frames as frames
+from xmq.cluster.link_wait import Owner, Waiting
+from xmq.cluster.route_table import NO_LOCAL, RETAIN_AS_PUBLISHED, OrphanIndex, OrphanSub
+
+if TYPE_CHECKING:
+    from xmq.cluster.cluster_hub import ClusterHub
+    from xmq.cluster.direct_hold import Direct
+    from xmq.core.cluster_ports import DurableHold
+    from xmq.core.message import Message
+
+
+class OrphanAppends:
+    """The hub's appends for sessions without a live, linked owner."""
+
+    __slots__ = ("hub",)
+
+    def __init__(self, hub: ClusterHub) -> None:
+        self.hub = hub
+
+    def to_orphans(
+        self, index: OrphanIndex, message: Message, hold: DurableHold | None = None
+    ) -> int:
+        """Append ``message`` for every session of ``index`` it matches; return how many."""
+        store = self.hub.store
+        if store is None:
+            return 0
+        targets: dict[str, tuple[OrphanSub, int, bool]] = {}
+        for client_id, orphan in index.tree.match(message.topic):
+            if orphan.flags & NO_LOCAL and client_id == message.origin:
+                continue
+            qos = min(orphan.qos, message.qos)
+            retain = message.retain and bool(orphan.flags & RETAIN_AS_PUBLISHED)
+            previous = targets.get(client_id)
+            if previous is None or previous[1] < qos:
+                targets[client_id] = (orphan, qos, retain)
+        count = 0
+        for client_id, (orphan, qos, retain) in targets.items():
+            if qos == 0:
+                continue  # QoS 0 is not kept for an offline session
+            count += 1
+
+            def moved(node: str, epoch: int, cid: str = client_id, q: int = qos) -> None:
+                self.owner_moved(cid, message, q, node, epoch, hold)
+
+            store.append_if_owner(client_id, orphan.owner, message, qos, retain, moved, hold)
+        return count
+
+    def owner_moved(
+        self,
+        client_id: str,
+        message: Message,
+        qos: int,
+        node: str,
+        epoch: int,
+        hold: DurableHold | None = None,
+    ) -> None:
+        """An orphan append found another owner: send the message to it directly."""
+        hub = self.hub
+        table = hub.table
+        if not node:
+            table.orphans.drop(client_id)  # the session ended
+            return
+        if client_id in table.durable.get(node, {}):
+            table.orphans.drop(client_id)  # its new owner's routes take over
+        identity = hub.identity
+        if node == identity.node_id and epoch == identity.epoch:
+            # Claimed here: the claiming CONNECT may not have attached the session yet.
+            hub.direct.deliver(client_id, (message, qos, False, ()), hold)
+            return
+        link = hub.links.get(node)
+        if link is not None and link.peer_epoch == epoch:
+            data = frames.direct(client_id, hub.encode(message, qos, False))
+            link.send_direct(data, client_id, message, qos, hold)
+        elif link is not None and link.peer_epoch > epoch:
+            self.append_for((node, epoch), (client_id, message, qos, hold))  # a dead run owns it
+        else:
+            hub.link_wait.add((node, epoch), client_id, message, qos, hold)
+
+    def append_for(self, owner: Owner, waiting: Waiting) -> None:
+        """Append to the session's Redis queue while ``owner`` (a run not linked) owns it."""
+        store = self.hub.store
+        if store is None:
+            return
+        client_id, message, qos, hold = waiting
+
+        def moved(node: str, epoch: int) -> None:
+            self.owner_moved(client_id, message, qos, node, epoch, hold)
+
+        store.append_if_owner(client_id, owner, message, qos, False, moved, hold)
+
+    def not_here(self, client_id: str, direct: Direct, hold: DurableHold | None) -> None:
+        """A message for a session owned here that is not attached (its client left during
+        the claim, or it was just handed over): into its Redis queue while we still own it."""
+        hub = self.hub
+        identity = hub.identity
+        if hub.store is None or not identity.online:
+            hub.broker.stats.drop("session_gone")
+            return
+        message, qos, _, _ = direct  # a DIRECT message is never sent retained
+        self.append_for((identity.node_id, identity.epoch), (client_id, message, qos, hold))

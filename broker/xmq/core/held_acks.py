@@ -1,0 +1,133 @@
+"""Publishers' PUBACK / PUBREC held until their message's durable records are written.
+
+Only in a cluster with ``persistence.max_queued_writes: 0`` (the app sets ``Broker.acks``):
+a QoS 1/2 PUBLISH is routed with a ``HeldAck`` set as the hold of the durable store and
+passed to the cluster router. Every record the routing queues takes the hold once (``hold``)
+and gives it back when written (``release``): a local persistent subscriber's ``RPUSH``, the
+PUBLISH frame to a node with persistent sessions until that node's PUBLISH_ACK, an
+``APPEND_IF_OWNER`` for a dead owner's session. The routing itself holds it too, so the ack
+goes out when the last of them is released — at once when nothing durable was involved.
+
+No task or future per message: a held ack is one slotted object with a counter; the links
+release theirs in batches, per PUBLISH_ACK. Held acks count against the client's in-flight
+window: a client with the server's Receive Maximum of them is not read until one is released
+(a conforming MQTT 5 client never gets there; a 3.1.1 client has no such limit of its own).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from xmq.codec.packets import MQTT_5
+
+if TYPE_CHECKING:
+    from xmq.core.connection import ClientConnection
+
+_PUBACK = 0x40
+_PUBREC = 0x50
+
+
+class HeldAck:
+    """The acknowledgement of one QoS 1/2 PUBLISH, sent once ``pending`` drops to 0."""
+
+    __slots__ = ("client_id", "conn", "gate", "packet_id", "pending", "qos", "reason")
+
+    def __init__(
+        self, gate: AckGate, conn: ClientConnection, client_id: str, qos: int, packet_id: int
+    ) -> None:
+        self.gate = gate
+        self.conn = conn
+        self.client_id = client_id
+        self.qos = qos
+        self.packet_id = packet_id
+        self.reason = 0
+        self.pending = 1  # the routing's own: released when routing is over
+
+    def hold(self) -> None:
+        """One more durable record to wait for."""
+        self.pending += 1
+
+    def release(self) -> None:
+        """One record is written (or needs no waiting any more)."""
+        pending = self.pending - 1
+        self.pending = pending
+        if pending == 0:
+            self.gate.done(self)
+
+
+class AckGate:
+    """The held acknowledgements of every publisher on this node."""
+
+    __slots__ = ("_by_conn", "_paused", "_qos2", "held", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(1, limit)  # per connection: the server's Receive Maximum
+        self.held = 0  # acknowledgements waiting now
+        self._by_conn: dict[ClientConnection, int] = {}
+        self._paused: set[ClientConnection] = set()
+        self._qos2: dict[tuple[str, int], HeldAck] = {}
+
+    def begin(self, conn: ClientConnection, client_id: str, qos: int, packet_id: int) -> HeldAck:
+        """A held ack for a PUBLISH about to be routed (released by the caller when done)."""
+        self._count(conn)
+        held = HeldAck(self, conn, client_id, qos, packet_id)
+        if qos == 2:
+            self._qos2[(client_id, packet_id)] = held
+        self.held += 1
+        return held
+
+    def resent(self, conn: ClientConnection, client_id: str, packet_id: int) -> bool:
+        """A QoS 2 PUBLISH sent again (after a reconnect) while its PUBREC is still held:
+        the PUBREC will go to ``conn`` when the records are written. False if none is held."""
+        held = self._qos2.get((client_id, packet_id))
+        if held is None:
+            return False
+        if held.conn is not conn:
+            self._forget_conn(held.conn)
+            self._count(conn)
+            held.conn = conn
+        return True
+
+    def done(self, held: HeldAck) -> None:
+        """Every record of the message is written: the acknowledgement goes out."""
+        self.held -= 1
+        key = (held.client_id, held.packet_id)
+        if held.qos == 2 and self._qos2.get(key) is held:
+            del self._qos2[key]
+        conn = held.conn
+        self._forget_conn(conn)
+        write_ack(conn, _PUBACK if held.qos == 1 else _PUBREC, held.packet_id, held.reason)
+
+    def waiting(self, conn: ClientConnection) -> int:
+        """Acknowledgements held for one connection."""
+        return self._by_conn.get(conn, 0)
+
+    def _count(self, conn: ClientConnection) -> None:
+        count = self._by_conn.get(conn, 0) + 1
+        self._by_conn[conn] = count
+        if count >= self.limit and conn not in self._paused:
+            self._paused.add(conn)  # its in-flight window is full: read no more for now
+            conn.link.pause_reading()
+
+    def _forget_conn(self, conn: ClientConnection) -> None:
+        by_conn = self._by_conn
+        count = by_conn.get(conn, 0) - 1
+        if count > 0:
+            by_conn[conn] = count
+        else:
+            by_conn.pop(conn, None)
+        if count < self.limit and conn in self._paused:
+            self._paused.discard(conn)
+            conn.link.resume_reading()
+
+
+def write_ack(conn: ClientConnection, kind: int, packet_id: int, reason: int) -> None:
+    """PUBACK / PUBREC (a reason code only when not success and the client speaks MQTT 5).
+
+    A closed connection's link drops the bytes: its client re-sends the PUBLISH after
+    reconnecting.
+    """
+    if reason and conn.version == MQTT_5:
+        conn.link.write(bytes((kind, 3)) + packet_id.to_bytes(2, "big") + bytes((reason,)))
+    else:
+        conn.link.write(bytes((kind, 2)) + packet_id.to_bytes(2, "big"))

@@ -1,0 +1,137 @@
+"""A publisher's PUBACK never runs ahead of the durable record of its message.
+
+With ``max_queued_writes: 0`` a QoS 1 message for a persistent session is in Redis before it
+is delivered; the publisher's PUBACK now means the same: it goes out once the subscriber's
+node has confirmed the record (PUBLISH_ACK), or, when that node dies first, once the
+publishing node has appended the message to the session's Redis queue.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+
+from paho.mqtt.packettypes import PacketTypes
+
+from tests.support.cluster_nodes import ClusterNodes, routed
+from tests.support.paho_client import PahoClient, props
+from tests.support.raw_client import RawClient
+from tests.support.redis_server import RedisServer
+from xmq.codec.packets import Puback, Publish
+
+EXPIRY = props(PacketTypes.CONNECT, SessionExpiryInterval=3600)
+
+
+def _payloads(client: PahoClient, quiet_s: float, timeout: float) -> set[bytes]:
+    """Messages until none came for ``quiet_s``."""
+    seen: set[bytes] = set()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            seen.add(client.messages.get(timeout=quiet_s).payload)
+        except queue.Empty:
+            return seen
+    return seen
+
+
+def test_the_puback_waits_for_the_subscriber_node_then_for_the_append_after_its_kill(
+    redis_server: RedisServer, uid: str
+) -> None:
+    nodes = ClusterNodes(redis_server, f"held-{uid}")
+    try:
+        nodes.start_many(2)
+        topic = f"{uid}/held"
+        client_id = f"{uid}-persistent"
+        subscriber = PahoClient(nodes.port(2), client_id)
+        subscriber.connect(clean_start=True, properties=EXPIRY)
+        subscriber.subscribe(topic, 1)
+        routed(nodes.port(2), nodes.port(1), topic, subscriber)
+        publisher = RawClient(nodes.port(1))
+        publisher.connect(f"{uid}-pub")
+        publisher.send_packet(Publish(topic, b"before", qos=1, packet_id=1))
+        assert publisher.read_packet() == Puback(1)  # node-2 answers: acknowledged
+        assert subscriber.expect(1)[0].payload == b"before"
+
+        os.kill(nodes.nodes[2].proc.pid, signal.SIGSTOP)  # node-2 cannot confirm any more
+        publisher.send_packet(Publish(topic, b"held", qos=1, packet_id=2))
+        try:
+            early = publisher.read_packet(timeout=1.0)
+        except TimeoutError:
+            early = None
+        assert early is None, "PUBACK before the subscriber's node recorded the message"
+        nodes.kill(2)  # node-1 appends what node-2 never confirmed to the session's queue
+        assert publisher.read_packet(timeout=10) == Puback(2)
+        subscriber.close()
+
+        again = PahoClient(nodes.port(1), client_id)  # claims the dead node's session
+        result = again.connect(clean_start=False, properties=EXPIRY, timeout=15)
+        assert result.reason == 0
+        assert result.session_present
+        assert b"held" in _payloads(again, quiet_s=1.0, timeout=10)
+        again.disconnect()
+        publisher.close()
+    finally:
+        if 2 in nodes.nodes:
+            nodes.kill(2)
+        nodes.stop_all()
+
+
+def test_a_publisher_node_killed_right_after_its_pubacks_loses_nothing_acknowledged(
+    redis_server: RedisServer, uid: str
+) -> None:
+    nodes = ClusterNodes(redis_server, f"killpub-{uid}")
+    try:
+        nodes.start_many(2)
+        topic = f"{uid}/stream"
+        remote = PahoClient(nodes.port(2), f"{uid}-remote")  # on the other node
+        remote.connect(clean_start=True, properties=EXPIRY)
+        remote.subscribe(topic, 1)
+        local_id = f"{uid}-local"
+        local = PahoClient(nodes.port(1), local_id)  # on the publisher's node
+        local.connect(clean_start=True, properties=EXPIRY)
+        local.subscribe(topic, 1)
+        routed(nodes.port(2), nodes.port(1), topic, remote)
+        local.messages = queue.Queue()  # forget the probes
+        publisher = PahoClient(nodes.port(1), f"{uid}-pub")
+        publisher.connect()
+        numbers: dict[int, bytes] = {}
+        stop = threading.Event()
+
+        def stream() -> None:
+            for n in range(20_000):
+                if stop.is_set():
+                    return
+                payload = f"{n}".encode()
+                numbers[publisher.client.publish(topic, payload, qos=1).mid] = payload
+                time.sleep(0.0005)
+
+        thread = threading.Thread(target=stream, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 15
+        while len(publisher.published) < 300 and time.monotonic() < deadline:
+            time.sleep(0.001)
+        nodes.kill(1)  # kill -9 right after a PUBACK
+        stop.set()
+        thread.join(5)
+        acknowledged = {
+            numbers[mid] for mid, event in list(publisher.published.items()) if event.is_set()
+        }
+        assert len(acknowledged) >= 300
+        publisher.close()
+
+        got_remote = _payloads(remote, quiet_s=2.0, timeout=20)
+        assert acknowledged - got_remote == set()
+        got_local = _payloads(local, quiet_s=0.2, timeout=5)
+        local.close()
+        again = PahoClient(nodes.port(2), local_id)  # the killed node's session, from Redis
+        result = again.connect(clean_start=False, properties=EXPIRY, timeout=15)
+        assert result.session_present
+        got_local |= _payloads(again, quiet_s=2.0, timeout=20)
+        assert acknowledged - got_local == set()
+        again.disconnect()
+        remote.disconnect()
+    finally:
+        nodes.stop_all()

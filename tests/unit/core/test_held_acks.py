@@ -1,0 +1,217 @@
+"""A publisher's PUBACK / PUBREC held until its message's durable records are written."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from tests.support.sink_link import SinkLink, connect_client
+from xmq.codec.packets import (
+    MQTT_5,
+    Connect,
+    Puback,
+    Publish,
+    Pubrec,
+    Subscribe,
+    SubscriptionRequest,
+)
+from xmq.codec.properties import Properties
+from xmq.core.broker import Broker
+from xmq.core.cluster_ports import DurableHold
+from xmq.core.held_acks import AckGate
+from xmq.core.message import Message
+from xmq.core.session import Delivery, Session
+from xmq.core.settings import CoreSettings
+
+if TYPE_CHECKING:
+    from xmq.core.connection import ClientConnection
+
+
+class CountingLink(SinkLink):
+    __slots__ = ("paused",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+class FakeConn:
+    def __init__(self, version: int = MQTT_5) -> None:
+        self.version = version
+        self.link = CountingLink()
+
+
+def _conn(fake: FakeConn) -> ClientConnection:
+    return cast("ClientConnection", fake)
+
+
+def _paused(fake: FakeConn) -> bool:
+    return fake.link.paused
+
+
+def test_the_ack_goes_out_when_the_last_hold_is_released() -> None:
+    gate = AckGate(10)
+    fake = FakeConn()
+    held = gate.begin(_conn(fake), "pub", 1, 7)
+    held.hold()  # a local record
+    held.hold()  # a node link
+    held.release()  # routing is over
+    assert fake.link.out == b""
+    held.release()
+    assert fake.link.out == b""
+    assert gate.held == 1
+    assert gate.waiting(_conn(fake)) == 1
+    held.release()
+    assert fake.link.packets() == [Puback(7)]
+    assert gate.held == 0
+    assert gate.waiting(_conn(fake)) == 0
+
+
+def test_a_reason_code_only_for_mqtt_5() -> None:
+    gate = AckGate(10)
+    v5, v4 = FakeConn(), FakeConn(version=4)
+    for fake in (v5, v4):
+        held = gate.begin(_conn(fake), "pub", 1, 3)
+        held.reason = 0x10
+        held.release()
+    assert bytes(v5.link.out) == b"\x40\x03\x00\x03\x10"
+    assert bytes(v4.link.out) == b"\x40\x02\x00\x03"
+
+
+def test_a_qos2_publish_resent_on_a_new_connection_gets_the_held_pubrec_there() -> None:
+    gate = AckGate(10)
+    old, new = FakeConn(), FakeConn()
+    held = gate.begin(_conn(old), "pub", 2, 9)
+    assert gate.resent(_conn(new), "pub", 9)
+    assert not gate.resent(_conn(new), "pub", 10)
+    assert gate.waiting(_conn(old)) == 0
+    assert gate.waiting(_conn(new)) == 1
+    held.release()
+    assert old.link.out == b""
+    assert new.link.packets() == [Pubrec(9)]
+    assert not gate.resent(_conn(new), "pub", 9)  # released: a new PUBREC is sent at once
+
+
+def test_a_client_with_receive_maximum_held_acks_is_not_read_until_one_goes() -> None:
+    gate = AckGate(2)
+    fake = FakeConn()
+    first = gate.begin(_conn(fake), "pub", 1, 1)
+    assert not _paused(fake)
+    second = gate.begin(_conn(fake), "pub", 1, 2)
+    assert _paused(fake)
+    first.release()
+    assert not _paused(fake)
+    second.release()
+    assert fake.link.packets() == [Puback(1), Puback(2)]
+
+
+class FakeStore:
+    """Records wait until ``write_all``; the hold set by the core is taken per record."""
+
+    def __init__(self) -> None:
+        self.hold: DurableHold | None = None
+        self.pending: list[tuple[Session, Delivery, DurableHold | None]] = []
+        self.inbound: list[tuple[int, DurableHold | None]] = []
+
+    def record(self, session: Session, delivery: Delivery, now: float) -> bool:
+        if self.hold is not None:
+            self.hold.hold()
+        self.pending.append((session, delivery, self.hold))
+        return True
+
+    def write_all(self) -> None:
+        pending, self.pending = self.pending, []
+        for session, delivery, hold in pending:
+            session.deliver_recorded(delivery, 0.0)
+            if hold is not None:
+                hold.release()
+
+    def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
+        self.inbound.append((packet_id, self.hold))
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None  # sent, acknowledged, subscribed, ...
+
+
+class FakeRouter:
+    """A cluster router whose remote records are confirmed by ``confirm``."""
+
+    def __init__(self) -> None:
+        self.holds: list[DurableHold] = []
+
+    def forward(self, message: Message, hold: DurableHold | None = None) -> int:
+        if hold is None:
+            return 0
+        hold.hold()
+        self.holds.append(hold)
+        return 1
+
+    def confirm(self) -> None:
+        holds, self.holds = self.holds, []
+        for hold in holds:
+            hold.release()
+
+    def __getattr__(self, name: str) -> Any:
+        return lambda *args, **kwargs: None  # subscription_changed, session_gone, ...
+
+
+def _cluster_broker() -> tuple[Broker, FakeStore, FakeRouter]:
+    broker = Broker(CoreSettings())
+    store, router = FakeStore(), FakeRouter()
+    broker.store = store
+    broker.cluster = router
+    broker.acks = AckGate(100)
+    return broker, store, router
+
+
+def _persistent(client_id: str) -> Connect:
+    props = Properties()
+    props.session_expiry_interval = 600
+    return Connect(client_id=client_id, clean_start=True, properties=props)
+
+
+async def test_the_puback_waits_for_the_local_record_and_the_other_nodes() -> None:
+    broker, store, router = _cluster_broker()
+    sub, sub_link = await connect_client(broker, "sub", _persistent("sub"))
+    sub.handle(Subscribe(1, [SubscriptionRequest("t", 1)]))
+    pub, pub_link = await connect_client(broker, "pub")
+    pub.handle(Publish("t", b"m", qos=1, packet_id=5))
+    assert pub_link.packets() == []  # the record is not written yet
+    sub_link.packets()
+    store.write_all()
+    assert pub_link.packets() == []  # another node has not confirmed its record yet
+    router.confirm()
+    assert pub_link.packets() == [Puback(5)]
+    [delivered] = [p for p in sub_link.packets() if isinstance(p, Publish)]
+    assert delivered.payload == b"m"
+
+
+async def test_the_pubrec_waits_for_the_other_nodes_and_for_the_inbound_id_record() -> None:
+    broker, store, router = _cluster_broker()
+    pub, pub_link = await connect_client(broker, "pub", _persistent("pub"))
+    pub.handle(Publish("far", b"m", qos=2, packet_id=8))
+    assert [packet_id for packet_id, hold in store.inbound if hold is not None] == [8]
+    assert store.hold is None  # only while routing
+    assert pub_link.packets() == []
+    router.confirm()
+    assert pub_link.packets() == [Pubrec(8)]  # routed to a node: no "no subscribers" code
+
+
+async def test_nothing_durable_acks_at_once_and_standalone_never_holds() -> None:
+    broker, _, _ = _cluster_broker()
+    broker.cluster = None
+    pub, link = await connect_client(broker, "pub")
+    pub.handle(Publish("nobody", b"m", qos=1, packet_id=2))
+    [ack] = link.packets()
+    assert isinstance(ack, Puback) and ack.packet_id == 2 and ack.reason_code == 0x10
+    assert broker.acks is not None and broker.acks.held == 0
+    alone = Broker(CoreSettings())
+    assert alone.acks is None
+    conn, alone_link = await connect_client(alone, "pub")
+    conn.handle(Publish("nobody", b"m", qos=1, packet_id=3))
+    assert len(alone_link.packets()) == 1
