@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from tests.support.append_recorder import AppendRecorder
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.direct_hold import Direct, DirectHold
 from xmq.core.broker import Broker
@@ -107,30 +108,9 @@ async def test_a_session_neither_here_nor_claimed_goes_to_the_store() -> None:
     assert broker.delivered == []
 
 
-class FakeStore:
-    def __init__(self) -> None:
-        self.appends: list[tuple[str, tuple[str, int], bytes]] = []
-        self.on_moved: list[Callable[[str, int], None]] = []
-        self.changed = asyncio.Event()
-
-    def append_if_owner(
-        self,
-        client_id: str,
-        owner: tuple[str, int],
-        message: Message,
-        qos: int,
-        retain: bool,
-        on_moved: Callable[[str, int], None],
-        hold: DurableHold | None = None,
-    ) -> None:
-        self.appends.append((client_id, owner, message.payload))
-        self.on_moved.append(on_moved)
-        self.changed.set()
-
-
-def _hub() -> tuple[ClusterHub, Broker, FakeStore]:
+def _hub() -> tuple[ClusterHub, Broker, AppendRecorder]:
     broker = Broker(CoreSettings())
-    store = FakeStore()
+    store = AppendRecorder()
     hub = ClusterHub(broker, NodeIdentity("node-1", 7, online=True), store)  # type: ignore[arg-type]
     return hub, broker, store
 

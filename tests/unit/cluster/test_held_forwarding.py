@@ -4,10 +4,10 @@ that replace a dead node's records."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
+from tests.support.append_recorder import AppendRecorder
 from xmq.cluster import link_frames as frames
 from xmq.cluster import peer_link
 from xmq.cluster.cluster_hub import ClusterHub
@@ -15,7 +15,7 @@ from xmq.cluster.link_frames import FrameDecoder, Kind
 from xmq.cluster.peer_link import PeerLink
 from xmq.cluster.route_table import DurableSub
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableHold, NodeIdentity
+from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
@@ -46,44 +46,8 @@ def _message(payload: bytes, topic: str = "t") -> Message:
     return Message(topic, payload, 1, False, None, "pub", 0.0)
 
 
-class FakeStore:
-    """APPEND_IF_OWNER answered by the test (``answer``), holding the hold meanwhile."""
-
-    hold: DurableHold | None = None
-
-    def __init__(self) -> None:
-        self.appends: list[tuple[str, tuple[str, int], bytes]] = []
-        self._replies: list[tuple[Callable[[str, int], None], DurableHold | None]] = []
-
-    def append_if_owner(
-        self,
-        client_id: str,
-        owner: tuple[str, int],
-        message: Message,
-        qos: int,
-        retain: bool,
-        on_moved: Callable[[str, int], None],
-        hold: DurableHold | None = None,
-    ) -> None:
-        self.appends.append((client_id, owner, message.payload))
-        if hold is not None:
-            hold.hold()
-        self._replies.append((on_moved, hold))
-
-    def answer(self, moved_to: tuple[str, int] | None = None) -> None:
-        """Redis answers the oldest append: appended, or refused naming another owner."""
-        on_moved, hold = self._replies.pop(0)
-        if moved_to is not None:
-            on_moved(*moved_to)
-        if hold is not None:
-            hold.release()
-
-    async def flush(self) -> None:
-        return None
-
-
-def _hub() -> tuple[ClusterHub, FakeStore]:
-    store = FakeStore()
+def _hub() -> tuple[ClusterHub, AppendRecorder]:
+    store = AppendRecorder()
     hub = ClusterHub(Broker(CoreSettings()), NodeIdentity("node-1", 3, online=True), store)  # type: ignore[arg-type]
     return hub, store
 

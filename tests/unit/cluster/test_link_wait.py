@@ -5,13 +5,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from tests.support.append_recorder import AppendRecorder
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_frames import FrameDecoder, Kind
 from xmq.cluster.link_wait import LinkWait, Owner, Waiting
 from xmq.cluster.peer_link import PeerLink
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableHold, NodeIdentity
+from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
@@ -49,25 +50,8 @@ async def test_waiting_messages_are_taken_in_order_when_the_owner_links() -> Non
     assert len(expired) == 1  # the taken run's timer was cancelled
 
 
-class FakeStore:
-    def __init__(self) -> None:
-        self.appends: list[tuple[str, tuple[str, int], bytes]] = []
-
-    def append_if_owner(
-        self,
-        client_id: str,
-        owner: tuple[str, int],
-        message: Message,
-        qos: int,
-        retain: bool,
-        on_moved: Callable[[str, int], None],
-        hold: DurableHold | None = None,
-    ) -> None:
-        self.appends.append((client_id, owner, message.payload))
-
-
-def _hub() -> tuple[ClusterHub, FakeStore]:
-    store = FakeStore()
+def _hub() -> tuple[ClusterHub, AppendRecorder]:
+    store = AppendRecorder()
     identity = NodeIdentity("node-1", 3, online=True)
     hub = ClusterHub(Broker(CoreSettings()), identity, store)  # type: ignore[arg-type]
     return hub, store
