@@ -18,6 +18,7 @@ import asyncio
 import logging
 import socket
 import ssl
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -66,13 +67,29 @@ def link_tls_contexts(config: LinkTlsConfig) -> LinkTls:
         raise LinkTlsError(f"cluster.link_tls: cannot load the certificates: {error}") from error
 
 
-def log_refused(direction: str, address: str, error: BaseException) -> None:
+REFUSAL_WARNING_INTERVAL_S = 60.0
+"""A peer refused for its certificate is re-dialled every second: one warning per peer and
+direction in this interval, the repeats at debug level."""
+
+_last_warning: dict[str, float] = {}
+
+
+def log_refused(
+    direction: str, address: str, error: BaseException, now: float | None = None
+) -> None:
     """A TLS failure with a peer: a warning when it is about certificates, else debug."""
     closed = isinstance(error, ssl.SSLEOFError | ssl.SSLZeroReturnError | ConnectionError)
     if isinstance(error, ssl.SSLError) and not closed:
-        log.warning("link %s %s refused: TLS: %s", direction, address, error)
-    else:
-        log.debug("link %s %s: TLS handshake failed: %s", direction, address, error)
+        now = time.monotonic() if now is None else now
+        key = f"{direction} {address.rpartition(':')[0] or address}"  # inbound: any port
+        last = _last_warning.get(key)
+        if last is None or now - last >= REFUSAL_WARNING_INTERVAL_S:
+            if len(_last_warning) > 1024:
+                _last_warning.clear()
+            _last_warning[key] = now
+            log.warning("link %s %s refused: TLS: %s", direction, address, error)
+            return
+    log.debug("link %s %s: TLS handshake failed: %s", direction, address, error)
 
 
 class TlsLinkServer:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 
 from tests.support.certificates import TestCertificateAuthority
 from xmq.app.cli import main
+from xmq.cluster import link_tls
 from xmq.cluster.link_tls import LinkTlsError, link_tls_contexts
 from xmq.config import LinkTlsConfig, load_config
 from xmq.config.reference_doc import describe_errors
@@ -97,3 +99,18 @@ def test_serve_refuses_a_missing_link_file_naming_it(
     )
     assert main(["serve", "--config", str(config)]) == 2
     assert "cluster.link_tls.cert_file: file not found" in capsys.readouterr().err
+
+
+def test_a_refused_peer_is_warned_about_once_a_minute(caplog: pytest.LogCaptureFixture) -> None:
+    error = ssl.SSLCertVerificationError("certificate verify failed")
+    with caplog.at_level(logging.DEBUG, logger="xmq.cluster"):
+        link_tls.log_refused("from", "10.9.8.7:40001", error, now=1000.0)
+        link_tls.log_refused("from", "10.9.8.7:40002", error, now=1030.0)  # another port
+        link_tls.log_refused("from", "10.9.8.6:40003", error, now=1030.0)  # another peer
+        link_tls.log_refused("from", "10.9.8.7:40004", error, now=1061.0)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 3
+    assert "10.9.8.7:40001" in warnings[0]
+    assert "10.9.8.6:40003" in warnings[1]
+    assert "10.9.8.7:40004" in warnings[2]
+    assert any(r.levelno == logging.DEBUG and "40002" in r.getMessage() for r in caplog.records)
