@@ -15,10 +15,13 @@ class AppendRecorder:
     """Records appends; ``answer`` plays Redis's reply to the oldest one still unanswered."""
 
     hold: DurableHold | None = None
+    forward_id = ""
 
     def __init__(self) -> None:
         self.appends: list[tuple[str, tuple[str, int], bytes]] = []
         """(client id, expected owner, payload) per append, in order."""
+        self.messages: list[Message] = []
+        """The message of each append, in order."""
         self.on_moved: list[Callable[[str, int], None]] = []
         self.changed = asyncio.Event()
         self._replies: list[tuple[Callable[[str, int], None], DurableHold | None]] = []
@@ -34,6 +37,7 @@ class AppendRecorder:
         hold: DurableHold | None = None,
     ) -> None:
         self.appends.append((client_id, owner, message.payload))
+        self.messages.append(message)
         self.on_moved.append(on_moved)
         if hold is not None:
             hold.hold()  # released by ``answer``, as the real store does on Redis's reply

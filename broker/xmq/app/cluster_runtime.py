@@ -23,7 +23,12 @@ from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
 from xmq.contract.pod import POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
 from xmq.contract.retained_scripts import SET_RETAINED
-from xmq.contract.session_scripts import APPEND_IF_OWNER, CLAIM_SESSION, RELEASE_SESSION
+from xmq.contract.session_scripts import (
+    APPEND_IF_OWNER,
+    CLAIM_SESSION,
+    FORWARDED_SEEN_TTL_MS,
+    RELEASE_SESSION,
+)
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.held_acks import AckGate
@@ -63,6 +68,8 @@ class ClusterRuntime:
             broker.sessions,
             loop_clock,
             config.persistence.max_queued_writes,
+            # markers of forwarded records outlive any replay of them (2 x TTL + 5 s at most)
+            max(FORWARDED_SEEN_TTL_MS, int((3 * cluster.lease_ttl_s + 30) * 1000)),
         )
         self.directory = RedisSessionDirectory(
             self.batcher,

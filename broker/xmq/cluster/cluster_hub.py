@@ -14,6 +14,7 @@ Redis), ``direct_hold`` and ``link_wait`` (messages for a new owner not ready ye
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import ssl
 from typing import TYPE_CHECKING
@@ -31,7 +32,7 @@ from xmq.cluster.takeover import Takeovers, sub_flags
 from xmq.codec.reason_codes import ReasonCode
 from xmq.contract.message_record import encode_record
 from xmq.core.cluster_ports import DurableHold, DurableStore, NodeIdentity
-from xmq.core.message import Message
+from xmq.core.message import Message, forward_id_of
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -61,6 +62,7 @@ class ClusterHub:
         self.link_tls: LinkTls | None = None  # mutual TLS on every link (cluster.link_tls)
         self.forwarded = 0
         self.received = 0
+        self._forward_ids = itertools.count(1)
         # Appends for sessions of dead owners, and what happens when Redis names a new owner.
         self.orphans = OrphanAppends(self)
         # Messages for sessions this node owns in Redis: held while the claim attaches them.
@@ -271,10 +273,18 @@ class ClusterHub:
 
     # -- forwarding ---------------------------------------------------------------------------
 
-    @staticmethod
-    def encode(message: Message, qos: int, retain: bool) -> bytes:
+    def encode(self, message: Message, qos: int, retain: bool) -> bytes:
+        """The record of a message crossing a link. Its id is the message's cluster-wide
+        ``forward_id`` (``<node>/<epoch>/f<n>``), given here the first time the message leaves
+        this node: the receiver's records and every later append of it use the same id, so a
+        replayed copy finds the receiver's ``session:seen`` marker."""
+        forward_id = forward_id_of(message)
+        if not forward_id:
+            identity = self.identity
+            forward_id = f"{identity.node_id}/{identity.epoch}/f{next(self._forward_ids)}"
+            message.forward_id = forward_id
         return encode_record(
-            "",
+            forward_id,
             message.topic,
             message.payload,
             message.qos,

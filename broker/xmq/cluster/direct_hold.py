@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from xmq.core.message import Message
+from xmq.core.message import Message, forward_id_of
 
 if TYPE_CHECKING:
     from xmq.core.cluster_ports import DurableHold, DurableStore
@@ -100,14 +100,19 @@ class DirectHold:
 
     def _deliver(self, client_id: str, direct: Direct, hold: DurableHold | None) -> None:
         store = self.store
-        if hold is None or store is None:
+        if store is None:
             self._broker.deliver_direct(client_id, *direct)
             return
-        previous, store.hold = store.hold, hold  # the session's record holds the ack
+        # The session's record holds the ack, and takes the message's cluster-wide id.
+        previous, previous_id = store.hold, store.forward_id
+        if hold is not None:
+            store.hold = hold
+        store.forward_id = forward_id_of(direct[0])
         try:
             self._broker.deliver_direct(client_id, *direct)
         finally:
             store.hold = previous
+            store.forward_id = previous_id
 
     def _check(self, client_id: str, deadline: float) -> None:
         broker = self._broker

@@ -15,7 +15,7 @@ from xmq.cluster.direct_hold import POLL_S
 from xmq.cluster.link_frames import BodyReader, Kind
 from xmq.cluster.route_table import DurableSub
 from xmq.contract.message_record import decode_record
-from xmq.core.message import Message
+from xmq.core.message import Message, forward_id_of
 
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
@@ -36,6 +36,8 @@ def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
         record.origin,
         hub.broker.now(),
     )
+    if record.record_id:
+        message.forward_id = record.record_id  # the sender's id for it (empty: an old sender)
     return message, record.delivery_qos, record.delivery_retain, record.subscription_ids
 
 
@@ -47,7 +49,16 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         message = decode_message(hub, body)[0]
         if message.retain and (on_retained := hub.on_retained) is not None:
             on_retained(message.topic)
-        hub.broker.publish_from_peer(message)
+        store = hub.store
+        if store is None:
+            hub.broker.publish_from_peer(message)
+        else:
+            # the records of local persistent sessions take the message's id (and a marker)
+            store.forward_id = forward_id_of(message)
+            try:
+                hub.broker.publish_from_peer(message)
+            finally:
+                store.forward_id = ""
         _count_in(hub, link)
         if len(table.moved):
             hub.orphans.to_orphans(table.moved, message)

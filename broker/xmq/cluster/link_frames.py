@@ -1,7 +1,9 @@
 """The node-link wire format: length-prefixed binary frames.
 
 Every frame is ``u32 length | u8 kind | body`` (length counts kind + body). Strings are
-``u16 length | UTF-8``. Messages travel as ``xmq.contract.message_record`` records.
+``u16 length | UTF-8``. Messages travel as ``xmq.contract.message_record`` records whose id
+is the message's cluster-wide forward id (``<node>/<epoch>/f<n>``; empty from nodes before it
+was introduced, which receivers accept: their records then get ids of their own).
 """
 
 from __future__ import annotations

@@ -129,6 +129,11 @@ class ClusterKeys:
         """Set of inbound QoS 2 packet ids received but not yet released (PUBREL)."""
         return f"{self.prefix}session:qos2in:{client_id}"
 
+    def session_seen(self, client_id: str, record_id: str) -> str:
+        """String with a TTL: the forwarded message ``record_id`` (``<node>/<epoch>/f<n>``, no
+        ``:``) was queued for the session (``APPEND_IF_OWNER`` skips it from then on)."""
+        return f"{self.prefix}session:seen:{_check_part('record id', record_id)}:{client_id}"
+
     # -- retained messages -----------------------------------------------------------------
 
     def retained(self, topic: str) -> str:

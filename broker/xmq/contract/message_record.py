@@ -13,7 +13,11 @@ the body of a message crossing a node link. Layout (big-endian)::
 
 ``flags``: bits 0-1 the QoS of the delivery, bit 2 its retain flag, bit 3 the message's own
 retain flag. The id makes every record distinct, so ``LREM queue 1 <record>`` removes exactly
-the acknowledged one.
+the acknowledged one. A forwarded message's id is ``<node id>/<epoch>/f<counter>``, given by the
+node that first sent it over a link (the body of PUBLISH / DIRECT / SHARED frames); a node
+receiving it uses that id for its non-shared records of the message (one per session), which
+is what lets ``APPEND_IF_OWNER`` recognise a replayed copy. Other records use the recording
+node's own ``<node id>/<epoch>/<counter>``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@
 * :data:`APPEND_IF_OWNER` — a publishing node appends a message to the Redis queue of a session
   whose owner it believes dead, only while the owner record still names that dead owner;
   otherwise the reply names the current owner (the message then goes to it over the link).
+  A forwarded message (record id ``<node>/<epoch>/f<n>``, assigned by the node that first
+  forwarded it) is skipped when its ``session:seen`` marker exists: a node recorded it for the
+  session already (the replay of a message whose PUBLISH_ACK died with its receiver).
 
 All keys of a call share the cluster's hash tag; the scripts derive the lease and node-session
 keys of other nodes from the key prefix (same slot).
@@ -105,8 +108,11 @@ return 1
 """
 
 APPEND_IF_OWNER = """\
--- KEYS: 1 owner, 2 queue
--- ARGV: 1 expected owner node id, 2 expected owner epoch, 3 record
+-- KEYS: 1 owner, 2 queue, 3 (forwarded records only) seen marker of the record id
+-- ARGV: 1 expected owner node id, 2 expected owner epoch, 3 record, 4 marker TTL in ms
+if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
+  return {2, '', 0}  -- already queued for this session (and maybe acknowledged since)
+end
 local raw = redis.call('GET', KEYS[1])
 if not raw then
   return {1, '', 0}
@@ -117,10 +123,28 @@ if not ok or type(owner) ~= 'table' then
 end
 if owner['node_id'] == ARGV[1] and tonumber(owner['epoch']) == tonumber(ARGV[2]) then
   redis.call('RPUSH', KEYS[2], ARGV[3])
+  if KEYS[3] then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
+  end
   return {0, '', 0}
 end
 return {1, tostring(owner['node_id']), tonumber(owner['epoch']) or 0}
 """
+
+FORWARDED_SEEN_TTL_MS = 60_000
+"""Lifetime of a ``session:seen`` marker: longer than a forwarded message can take to be
+replayed after its receiver died (the link closes at once on a kill; a replayed message waits at
+most 2 x the lease TTL + 5 s for a new owner's claim or link, 25 s with the default TTL)."""
+
+
+class AppendOutcome(enum.IntEnum):
+    """First element of :data:`APPEND_IF_OWNER`'s reply."""
+
+    APPENDED = 0
+    MOVED = 1
+    """Another owner (or none: node ``''``) holds the session; nothing appended."""
+    ALREADY_QUEUED = 2
+    """The forwarded record's ``session:seen`` marker exists: nothing appended."""
 
 
 class ClaimOutcome(enum.IntEnum):
@@ -249,11 +273,30 @@ def release_session(keys: ClusterKeys, client_id: str, node_id: str, epoch: int)
 
 
 def append_if_owner(
-    keys: ClusterKeys, client_id: str, owner: tuple[str, int], record: bytes
-) -> tuple[str, tuple[str, str], tuple[str, str, bytes]]:
-    """Script, keys and arguments of :data:`APPEND_IF_OWNER` (the record stays bytes)."""
+    keys: ClusterKeys,
+    client_id: str,
+    owner: tuple[str, int],
+    record: bytes,
+    forward_id: str = "",
+    seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
+) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
+    """Script, keys and arguments of :data:`APPEND_IF_OWNER` (the record stays bytes).
+
+    ``forward_id``: the id of a forwarded record (the one inside ``record``); the append is
+    skipped when the session's marker of that id exists, and writes it otherwise.
+    """
+    if not forward_id:
+        return (
+            APPEND_IF_OWNER,
+            (keys.session_owner(client_id), keys.session_queue(client_id)),
+            (owner[0], str(owner[1]), record),
+        )
     return (
         APPEND_IF_OWNER,
-        (keys.session_owner(client_id), keys.session_queue(client_id)),
-        (owner[0], str(owner[1]), record),
+        (
+            keys.session_owner(client_id),
+            keys.session_queue(client_id),
+            keys.session_seen(client_id, forward_id),
+        ),
+        (owner[0], str(owner[1]), record, str(seen_ttl_ms)),
     )

@@ -113,6 +113,11 @@ class DurableStore(Protocol):
     (``max_queued_writes`` 0): every record and inbound QoS 2 id queued meanwhile holds it
     until Redis has answered."""
 
+    forward_id: str
+    """Set by the cluster while it delivers a message that came over a node link (PUBLISH or
+    DIRECT): the message's cluster-wide id, which a non-shared record takes as its record id,
+    with a ``session:seen`` marker written in the same pipeline (``''`` otherwise)."""
+
     def record(self, session: Session, delivery: Delivery, now: float) -> bool:
         """Record a QoS 1/2 delivery, then hand it to ``session.deliver_recorded``."""
         ...
@@ -151,7 +156,9 @@ class DurableStore(Protocol):
         """Queue a message in Redis for a session whose owner is gone (while it still owns it).
 
         When another node owns the session by then, ``on_moved(node id, epoch)`` is called.
-        ``hold`` is held until Redis has answered (and ``on_moved`` has run).
+        ``hold`` is held until Redis has answered (and ``on_moved`` has run). A message with a
+        ``forward_id`` is appended under that record id, and not at all when the session's
+        marker of it exists (a node recorded it for the session already).
         """
 
 

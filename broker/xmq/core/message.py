@@ -17,12 +17,23 @@ EncodedPublish = tuple[bytes, bytes]
 _NO_IDS: tuple[int, ...] = ()
 
 
+def forward_id_of(message: Message) -> str:
+    """The cluster-wide id of a message forwarded over a node link, or ``''``.
+
+    The cluster sets ``forward_id`` when it first sends a message to another node (and on a
+    message received from one); it is never set without a cluster, so ``Message.__init__`` does
+    not pay for it.
+    """
+    return getattr(message, "forward_id", "")
+
+
 class Message:
-    """One application message; immutable once routed."""
+    """One application message; immutable once routed (but for ``forward_id``, set once)."""
 
     __slots__ = (
         "_variants",
         "expires_at",
+        "forward_id",
         "origin",
         "payload",
         "properties",
@@ -31,6 +42,9 @@ class Message:
         "size",
         "topic",
     )
+
+    forward_id: str
+    """Cluster only, unset until the message crosses a node link: see :func:`forward_id_of`."""
 
     def __init__(
         self,

@@ -10,20 +10,27 @@ one pipeline per loop tick), and so does the publisher's acknowledgement: record
 ``hold`` is set (by the core, while it routes a QoS 1/2 PUBLISH) hold it until written.
 N > 0: up to N deliveries go out before their records are written; beyond that the publishing
 client's socket is paused until the backlog halves (acknowledgements are not held).
+
+A message that came over a node link carries a cluster-wide id (``forward_id``, assigned by
+the node that first forwarded it). Its non-shared records take that id as their record id and
+each writes ``session:seen:<id>:<client id>`` (``SET ... PX``, in the same pipeline, right
+after the ``RPUSH``): a sender that replays the message after this node died
+(``APPEND_IF_OWNER``) finds the marker and does not queue it twice.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import encode_record
-from xmq.contract.session_scripts import append_if_owner
+from xmq.contract.session_scripts import FORWARDED_SEEN_TTL_MS, AppendOutcome, append_if_owner
 from xmq.core.cluster_ports import DurableHold, NodeIdentity, SubscriptionSpec
-from xmq.core.message import Message
+from xmq.core.message import Message, forward_id_of
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
 from xmq.store.redis_batcher import RedisBatcher
@@ -34,6 +41,10 @@ if TYPE_CHECKING:
 
 _WAITING_LIMIT = 20_000
 """With max_queued_writes 0: records waiting for Redis before publishers are paused."""
+
+_RECENT_FORWARDED = 65_536
+"""(client id, forward id) pairs remembered of the latest forwarded records made here: a
+message reaching one session here by two paths (during a takeover) is recorded once."""
 
 
 def record_id_of(record: bytes) -> bytes:
@@ -52,6 +63,7 @@ class RedisSessionStore:
         sessions: dict[str, Session],
         clock: Callable[[], float],
         max_queued_writes: int = 0,
+        seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
     ) -> None:
         self.batcher = batcher
         self.keys = keys
@@ -65,6 +77,10 @@ class RedisSessionStore:
         self._ids = itertools.count(1)
         self._paused: set[ClientConnection] = set()
         self.hold: DurableHold | None = None  # see DurableStore.hold
+        self.forward_id = ""  # see DurableStore.forward_id
+        self.seen_ttl_ms = seen_ttl_ms
+        self._recent: set[tuple[str, str]] = set()
+        self._recent_order: deque[tuple[str, str]] = deque()
 
     # -- records ----------------------------------------------------------------------------
 
@@ -74,9 +90,12 @@ class RedisSessionStore:
         qos: int,
         retain: bool,
         subscription_ids: tuple[int, ...],
+        record_id: str = "",
     ) -> bytes:
-        identity = self.identity
-        record_id = f"{identity.node_id}/{identity.epoch}/{next(self._ids)}"
+        """Encode a record under ``record_id`` (a forwarded message's id), else a new id."""
+        if not record_id:
+            identity = self.identity
+            record_id = f"{identity.node_id}/{identity.epoch}/{next(self._ids)}"
         return encode_record(
             record_id,
             message.topic,
@@ -92,7 +111,24 @@ class RedisSessionStore:
 
     def record(self, session: Session, delivery: Delivery, now: float) -> bool:
         message = delivery.message
-        raw = self.new_record(message, delivery.qos, delivery.retain, delivery.subscription_ids)
+        forward_id = self.forward_id
+        if forward_id and delivery.share is None:
+            mark = (session.client_id, forward_id)
+            recent = self._recent
+            if mark in recent:
+                return False  # recorded here for this session already (it came two ways)
+            recent.add(mark)
+            order = self._recent_order
+            order.append(mark)
+            if len(order) > _RECENT_FORWARDED:
+                recent.discard(order.popleft())
+            seen = self.keys.session_seen(session.client_id, forward_id)
+        else:
+            forward_id = ""
+            seen = ""
+        raw = self.new_record(
+            message, delivery.qos, delivery.retain, delivery.subscription_ids, forward_id
+        )
         delivery.record = raw
         self.records += 1
         self.unwritten += 1
@@ -110,10 +146,14 @@ class RedisSessionStore:
                     session.deliver_recorded(delivery, self.clock())
 
             self.batcher.command("RPUSH", key, raw, callback=recorded)
+            if seen:
+                self.batcher.command("SET", seen, b"1", "PX", self.seen_ttl_ms)
             if self.unwritten > self.limit:
                 self._pause(message.origin)
             return True
         self.batcher.command("RPUSH", key, raw, callback=self._written_reply)
+        if seen:
+            self.batcher.command("SET", seen, b"1", "PX", self.seen_ttl_ms)
         if self.unwritten > self.limit:
             self._pause(message.origin)
         return session.deliver_recorded(delivery, now)
@@ -230,16 +270,20 @@ class RedisSessionStore:
         """Append to the session's Redis queue while ``owner`` still owns it (else ``on_moved``).
 
         ``hold`` is released once Redis has answered (after ``on_moved``, which takes its own
-        holds for wherever it sends the message).
+        holds for wherever it sends the message). A forwarded message is appended under its
+        ``forward_id``, and skipped when the session's marker of it exists.
         """
-        raw = self.new_record(message, qos, retain, ())
-        script, keys, args = append_if_owner(self.keys, client_id, owner, raw)
+        forward_id = forward_id_of(message)
+        raw = self.new_record(message, qos, retain, (), forward_id)
+        script, keys, args = append_if_owner(
+            self.keys, client_id, owner, raw, forward_id, self.seen_ttl_ms
+        )
         if hold is not None:
             hold.hold()
 
         def done(reply: Any) -> None:
             try:
-                if isinstance(reply, list) and reply and int(reply[0]) == 1:
+                if isinstance(reply, list) and reply and int(reply[0]) == AppendOutcome.MOVED:
                     node = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])
                     on_moved(node, int(reply[2]))
             finally:

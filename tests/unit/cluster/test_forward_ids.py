@@ -1,0 +1,93 @@
+"""Cluster-wide ids of forwarded messages: given by the first sender, carried in the PUBLISH /
+DIRECT record, used by the receiver's records and by the sender's replay after a kill."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tests.support.append_recorder import AppendRecorder
+from xmq.cluster import link_frames as frames
+from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.link_dispatch import decode_message
+from xmq.cluster.link_frames import FrameDecoder, Kind
+from xmq.cluster.peer_link import PeerLink
+from xmq.cluster.route_table import DurableSub
+from xmq.contract.message_record import decode_record, encode_record
+from xmq.core.broker import Broker
+from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.message import Message, forward_id_of
+from xmq.core.settings import CoreSettings
+
+
+def _message(payload: bytes, topic: str = "t") -> Message:
+    return Message(topic, payload, 2, False, None, "pub", 0.0)
+
+
+def _hub(node: str = "node-1", epoch: int = 3) -> tuple[ClusterHub, AppendRecorder]:
+    store = AppendRecorder()
+    hub = ClusterHub(Broker(CoreSettings()), NodeIdentity(node, epoch, online=True), store)  # type: ignore[arg-type]
+    return hub, store
+
+
+def _linked(hub: ClusterHub, node: str, epoch: int) -> PeerLink:
+    link = PeerLink(hub)
+    hub.link_hello(link, FrameDecoder().feed(frames.hello(node, epoch))[0][1])
+    return link
+
+
+def test_a_message_gets_its_id_when_it_first_leaves_the_node() -> None:
+    hub, _ = _hub()
+    first, second = _message(b"1"), _message(b"2")
+    assert forward_id_of(first) == ""  # never set without a cluster
+    assert decode_record(hub.encode(first, 2, False)).record_id == "node-1/3/f1"
+    assert decode_record(hub.encode(first, 1, False)).record_id == "node-1/3/f1"  # kept
+    assert decode_record(hub.encode(second, 2, False)).record_id == "node-1/3/f2"
+    assert forward_id_of(first) == "node-1/3/f1"
+
+
+async def test_the_receiver_keeps_the_sender_s_id_and_relays_it() -> None:
+    sender, _ = _hub()
+    record = sender.encode(_message(b"1"), 2, False)
+    receiver, _ = _hub("node-2", 5)
+    message = decode_message(receiver, record)[0]
+    assert forward_id_of(message) == "node-1/3/f1"
+    # sent on (DIRECT to a session's new owner): the same id, not one of the relaying node
+    assert decode_record(receiver.encode(message, 2, False)).record_id == "node-1/3/f1"
+    # a record of a node before forward ids (empty id): the receiver gives it none
+    old = encode_record("", "t", b"1", 2, False, None, "pub", 2, False)
+    assert forward_id_of(decode_message(receiver, old)[0]) == ""
+
+
+async def test_records_of_a_received_publish_take_its_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    sender, _ = _hub()
+    receiver, store = _hub("node-2", 5)
+    link = _linked(receiver, "node-1", 3)
+    during: list[str] = []
+
+    def publish_from_peer(message: Message) -> int:
+        during.append(store.forward_id)
+        return 0
+
+    monkeypatch.setattr(receiver.broker, "publish_from_peer", publish_from_peer)
+    record = sender.encode(_message(b"1"), 2, False)
+    receiver.handle_frame(link, Kind.PUBLISH, frames.publish(record)[5:])
+    assert during == ["node-1/3/f1"]
+    assert store.forward_id == ""  # only while the frame's deliveries run
+    for _ in range(5):
+        await asyncio.sleep(0)  # its PUBLISH_ACK confirmation finishes
+
+
+async def test_the_replay_after_a_kill_uses_the_id_the_receiver_saw() -> None:
+    hub, store = _hub()
+    link = _linked(hub, "node-2", 5)
+    hub.table.route("node-2", "t", True)
+    hub.table.durable_sub("node-2", "c1", DurableSub("t", "t", 2, 0), True)
+    message = _message(b"1")
+    assert hub.forward(message) == 1
+    sent = FrameDecoder().feed(b"".join(link._out))
+    (body,) = [body for kind, body in sent if kind == Kind.PUBLISH]
+    link.connection_lost(None)  # node-2 killed before its PUBLISH_ACK
+    assert store.appends == [("c1", ("node-2", 5), b"1")]
+    assert forward_id_of(store.messages[0]) == decode_record(body).record_id == "node-1/3/f1"

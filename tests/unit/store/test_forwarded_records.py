@@ -1,0 +1,147 @@
+"""The kill -9 race of a forwarded message, played with the real store code on a real Redis.
+
+Node B records a message node A forwarded to it for its persistent session, then dies before
+its PUBLISH_ACK reaches A; A replays its unconfirmed copy with ``APPEND_IF_OWNER``. Before
+forward ids that left the message twice in the session's queue (a QoS 2 duplicate)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import cast
+
+import pytest
+import redis
+
+from tests.support.redis_server import RedisServer, running_redis
+from xmq.contract import ClusterKeys
+from xmq.contract.message_record import MessageRecord, decode_record
+from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.message import Message
+from xmq.core.session import Delivery, QueueLimits, Session
+from xmq.core.stats import BrokerStats
+from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.redis_session_store import RedisSessionStore
+
+pytestmark = pytest.mark.integration
+
+KEYS = ClusterKeys("t-forwarded")
+B = ("b-0", 4)
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with running_redis() as running:
+        yield running
+
+
+async def _store(server: RedisServer, node: tuple[str, int]) -> RedisSessionStore:
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    identity = NodeIdentity(node[0], node[1], online=True)
+    return RedisSessionStore(batcher, KEYS, identity, {}, lambda: 0.0)
+
+
+def _queued(sync: redis.Redis, client_id: str) -> list[MessageRecord]:
+    raw = cast("list[bytes]", sync.lrange(KEYS.session_queue(client_id), 0, -1))
+    return [decode_record(item) for item in raw]
+
+
+def _session(store: RedisSessionStore, client_id: str) -> Session:
+    session = Session(client_id, QueueLimits(1000, 1 << 20, 1 << 24, 10), BrokerStats())
+    session.store = store
+    return session
+
+
+def _forwarded(payload: bytes, forward_id: str) -> Message:
+    message = Message("t", payload, 2, False, None, "pub", 0.0)
+    message.forward_id = forward_id  # as decoded from the PUBLISH frame
+    return message
+
+
+def _received(store: RedisSessionStore, session: Session, message: Message) -> bool:
+    """What node B's link does with a PUBLISH frame: deliver with the message's id set."""
+    store.forward_id = message.forward_id
+    try:
+        return session.deliver(message, 2, False, (), None, 0.0)
+    finally:
+        store.forward_id = ""
+
+
+async def _replay(store: RedisSessionStore, client_id: str, message: Message) -> list[str]:
+    """Node A's replay of an unconfirmed message for B's session (expecting B's dead run)."""
+    moved: list[str] = []
+    store.append_if_owner(client_id, B, message, 2, False, lambda node, _: moved.append(node))
+    await store.flush()
+    return moved
+
+
+async def test_a_replayed_message_already_recorded_by_the_dead_receiver_is_skipped(
+    server: RedisServer,
+) -> None:
+    sync = server.client()
+    sync.flushall()
+    sync.set(KEYS.session_owner("sub"), '{"node_id":"b-0","epoch":4}')
+    node_b, node_a = await _store(server, B), await _store(server, ("a-0", 7))
+    session = _session(node_b, "sub")
+    queue = KEYS.session_queue("sub")
+    recorded, unrecorded, acknowledged = (
+        _forwarded(b"1", "a-0/7/f1"),
+        _forwarded(b"2", "a-0/7/f2"),
+        _forwarded(b"3", "a-0/7/f3"),
+    )
+    assert _received(node_b, session, recorded)
+    assert _received(node_b, session, acknowledged)
+    await node_b.flush()
+    # the subscriber completes the third one (PUBCOMP): its record is gone from the queue
+    done = session.queue[1]
+    node_b.acknowledged(session, done)
+    await node_b.flush()
+    assert [r.record_id for r in _queued(sync, "sub")] == ["a-0/7/f1"]
+    # B is killed here; A replays all three (none was confirmed by a PUBLISH_ACK)
+    for message in (recorded, unrecorded, acknowledged):
+        assert await _replay(node_a, "sub", message) == []
+    queued = [(r.record_id, r.payload) for r in _queued(sync, "sub")]
+    assert queued == [("a-0/7/f1", b"1"), ("a-0/7/f2", b"2")]
+    # a second replay (another sender's, or a retry) changes nothing either
+    assert await _replay(node_a, "sub", unrecorded) == []
+    assert sync.llen(queue) == 2
+    sync.close()
+    for store in (node_a, node_b):
+        await store.batcher.close()
+
+
+async def test_local_and_shared_records_keep_ids_of_their_own(server: RedisServer) -> None:
+    sync = server.client()
+    sync.flushall()
+    node_b = await _store(server, B)
+    session = _session(node_b, "sub")
+    plain = Message("t", b"p", 2, False, None, "pub", 0.0)
+    assert session.deliver(plain, 2, False, (), None, 0.0)  # published on this node
+    forwarded = _forwarded(b"s", "a-0/7/f9")
+    node_b.forward_id = forwarded.forward_id
+    shared = Delivery(forwarded, 2, False, (), session.subscriptions.get("x"))
+    shared.share = object()  # type: ignore[assignment]  # a shared-group member's delivery
+    assert node_b.record(session, shared, 0.0)
+    node_b.forward_id = ""
+    await node_b.flush()
+    assert [r.record_id for r in _queued(sync, "sub")] == ["b-0/4/1", "b-0/4/2"]
+    assert not sync.keys(f"{KEYS.prefix}session:seen:*")
+    sync.close()
+    await node_b.batcher.close()
+
+
+async def test_a_message_reaching_a_session_twice_on_one_node_is_recorded_once(
+    server: RedisServer,
+) -> None:
+    sync = server.client()
+    sync.flushall()
+    node_b = await _store(server, B)
+    session = _session(node_b, "sub")
+    message = _forwarded(b"1", "a-0/7/f1")
+    assert _received(node_b, session, message)  # over a PUBLISH frame
+    assert not _received(node_b, session, message)  # and relayed as DIRECT during a takeover
+    await node_b.flush()
+    assert sync.llen(KEYS.session_queue("sub")) == 1
+    assert sync.exists(KEYS.session_seen("sub", "a-0/7/f1"))
+    sync.close()
+    await node_b.batcher.close()
