@@ -14,7 +14,7 @@ from typing import IO
 from xmq.bench.mosquitto import MosquittoProcess
 from xmq.bench.packets import MQTT_V5, MQTT_V311
 from xmq.bench.plan import Target
-from xmq.bench.report import progress_line, render_table, write_json_lines
+from xmq.bench.report import emit_records, progress_line, render_table, write_json_lines
 from xmq.bench.results import IntervalPoint, RunResult
 from xmq.bench.runner import BenchError, run_plan
 from xmq.bench.scenarios import (
@@ -311,7 +311,6 @@ def _node(text: str) -> tuple[str, int]:
 
 def _migration(args: argparse.Namespace) -> int:
     import dataclasses
-    import json
 
     import uvloop
 
@@ -334,11 +333,7 @@ def _migration(args: argparse.Namespace) -> int:
     print(render_migration(result), file=text_out)
     if args.json:
         record = {"type": "migration", **dataclasses.asdict(result), "passed": result.passed}
-        if args.json == "-":
-            print(json.dumps(record))
-        else:
-            with Path(args.json).open("a", encoding="utf-8") as stream:
-                stream.write(json.dumps(record) + "\n")
+        emit_records([record], args.json)
     return 0 if result.passed else 3
 
 

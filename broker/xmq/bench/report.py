@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import IO
 
 from xmq.bench.results import IntervalPoint, RunResult, Summary
@@ -174,6 +176,16 @@ def result_record(result: RunResult) -> dict[str, object]:
         "broker_pids": result.broker_pids,
         "redis_commands": result.redis_commands,
     }
+
+
+def emit_records(records: Sequence[dict[str, object]], target: str) -> None:
+    """JSON lines to standard output (``target`` "-") or appended to the file ``target``."""
+    text = "".join(json.dumps(record) + "\n" for record in records)
+    if target == "-":
+        sys.stdout.write(text)
+    else:
+        with Path(target).open("a", encoding="utf-8") as stream:
+            stream.write(text)
 
 
 def write_json_lines(results: Sequence[RunResult], stream: IO[str]) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -63,6 +62,7 @@ def add_survivability_arguments(p: argparse.ArgumentParser) -> None:
 def survivability_main(args: argparse.Namespace) -> int:
     import uvloop
 
+    from xmq.bench.report import emit_records
     from xmq.bench.survivability import SurvivabilityOptions, run_survivability
     from xmq.bench.survivability_result import render_survivability, write_survivability_chart
 
@@ -101,12 +101,7 @@ def survivability_main(args: argparse.Namespace) -> int:
     text_out = sys.stderr if args.json == "-" else sys.stdout
     print(render_survivability(result), file=text_out)
     if args.json:
-        lines = [json.dumps(r) for r in (*result.interval_records(), result.summary_record())]
-        if args.json == "-":
-            print("\n".join(lines))
-        else:
-            with Path(args.json).open("a", encoding="utf-8") as stream:
-                stream.write("\n".join(lines) + "\n")
+        emit_records([*result.interval_records(), result.summary_record()], args.json)
     if args.charts:
         print(f"chart: {write_survivability_chart(result, Path(args.charts))}", file=text_out)
     return 0 if result.passed else 3

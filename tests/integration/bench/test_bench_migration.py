@@ -6,19 +6,14 @@ dies), so that killing node C with SIGKILL leaves A, B and D running.
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import uvloop
 
+from tests.support.bench_cluster import separate_nodes
 from xmq.bench.migration import MigrationOptions, pid_listening_on, render_migration, run_migration
-from xmq.bench.mosquitto import free_port
 from xmq.bench.plan import Target
 from xmq.bench.runner import run_plan
 from xmq.bench.scenarios import CommonOptions, p2p
@@ -28,72 +23,10 @@ pytestmark = pytest.mark.integration
 LEASE_TTL_S = 3
 
 
-def _wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"{what} exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                pytest.fail(f"{what} did not listen within 30 s")
-            time.sleep(0.1)
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[list[tuple[str, int]]]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server missing: scripts/setup-system")
-    processes: list[subprocess.Popen[bytes]] = []
-    try:
-        redis_port = free_port()
-        redis = subprocess.Popen(
-            [binary, "--bind", "127.0.0.1", "--port", str(redis_port), "--save", ""]
-            + ["--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        processes.append(redis)
-        _wait_listening(redis_port, redis, "redis-server")
-        nodes: list[tuple[str, int]] = []
-        for index in range(1, 5):
-            port = free_port()
-            config = tmp_path / f"node-{index}.yaml"
-            config.write_text(
-                f"node_id: node-{index}\n"
-                "listeners:\n"
-                f"  - {{name: mqtt, host: 127.0.0.1, port: {port}}}\n"
-                "cluster:\n"
-                f"  redis_url: redis://127.0.0.1:{redis_port}/0\n"
-                "  name: benchmig\n"
-                f"  lease_ttl_s: {LEASE_TTL_S}\n"
-                "  link_port: 0\n"
-                "metrics: {enabled: false}\n"
-            )
-            node = subprocess.Popen(
-                [sys.executable, "-m", "xmq", "serve", "--config", str(config)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            processes.append(node)
-            nodes.append(("127.0.0.1", port))
-        for (_, port), node in zip(nodes, processes[1:], strict=True):
-            _wait_listening(port, node, f"node on {port}")
-        time.sleep(LEASE_TTL_S)  # let the nodes see each other
-        yield nodes
-    finally:
-        for process in reversed(processes):
-            if process.poll() is None:
-                process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+    with separate_nodes(tmp_path, 4, "benchmig", LEASE_TTL_S) as started:
+        yield started.nodes
 
 
 def test_session_survives_the_kill_of_its_node(cluster: list[tuple[str, int]]) -> None:

@@ -7,20 +7,15 @@ its command line; clients of the killed node reconnect elsewhere and resume thei
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import uvloop
 
+from tests.support.bench_cluster import separate_nodes
 from xmq.bench.cli import main
 from xmq.bench.migration import pid_listening_on
-from xmq.bench.mosquitto import free_port
 from xmq.bench.survivability import RESTARTED, SurvivabilityOptions, run_survivability
 from xmq.bench.survivability_result import render_survivability, write_survivability_chart
 
@@ -30,74 +25,15 @@ LEASE_TTL_S = 3
 Cluster = tuple[list[tuple[str, int]], list[list[str]]]
 
 
-def _wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        if process.poll() is not None:
-            pytest.fail(f"{what} exited with {process.returncode}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                pytest.fail(f"{what} did not listen within 30 s")
-            time.sleep(0.1)
-
-
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[Cluster]:
     """Three nodes and one Redis; yields the node addresses and each node's command line."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server missing: scripts/setup-system")
-    processes: list[subprocess.Popen[bytes]] = []
-    nodes: list[tuple[str, int]] = []
-    try:
-        redis_port = free_port()
-        redis = subprocess.Popen(
-            [binary, "--bind", "127.0.0.1", "--port", str(redis_port), "--save", ""]
-            + ["--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        processes.append(redis)
-        _wait_listening(redis_port, redis, "redis-server")
-        commands: list[list[str]] = []
-        for index in range(1, 4):
-            port = free_port()
-            config = tmp_path / f"node-{index}.yaml"
-            config.write_text(
-                f"node_id: node-{index}\n"
-                "listeners:\n"
-                f"  - {{name: mqtt, host: 127.0.0.1, port: {port}}}\n"
-                "cluster:\n"
-                f"  redis_url: redis://127.0.0.1:{redis_port}/0\n"
-                "  name: benchsurv\n"
-                f"  lease_ttl_s: {LEASE_TTL_S}\n"
-                "  link_port: 0\n"
-                "metrics: {enabled: false}\n"
-            )
-            command = [sys.executable, "-m", "xmq", "serve", "--config", str(config)]
-            commands.append(command)
-            node = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            processes.append(node)
-            nodes.append(("127.0.0.1", port))
-        for (_, port), node in zip(nodes, processes[1:], strict=True):
-            _wait_listening(port, node, f"node on {port}")
-        time.sleep(LEASE_TTL_S)  # let the nodes see each other
-        yield nodes, commands
-    finally:
-        processes += RESTARTED  # nodes the bench started again
-        RESTARTED.clear()
-        for process in reversed(processes):
-            if process.poll() is None:
-                process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+    with separate_nodes(tmp_path, 3, "benchsurv", LEASE_TTL_S) as started:
+        try:
+            yield started.nodes, started.commands
+        finally:
+            started.extra += RESTARTED  # nodes the bench started again
+            RESTARTED.clear()
 
 
 def test_load_survives_the_kill_and_restart_of_a_node(cluster: Cluster, tmp_path: Path) -> None:
