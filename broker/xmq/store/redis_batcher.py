@@ -1,10 +1,12 @@
-"""Group commit: every Redis command queued during one loop tick goes out in one write.
+"""Group commit: the Redis commands queued while a batch is out go together in the next one.
 
-Callers queue commands with a callback (or await a future); the first command of a tick
-schedules a flush with ``call_soon``. The flush encodes everything queued into one buffer and
-writes it on the node's :class:`RespConnection`; replies call back in order. Batches pipeline:
-a new tick's batch does not wait for the previous one's replies, so many connections' records
-share each round trip while each still waits for its own reply.
+Callers queue commands with a callback (or await a future). With nothing waiting for Redis,
+the first command of a tick schedules a flush with ``call_soon``: an idle node pays one round
+trip, no timer. While a batch is out, commands queue up, and the batch's last reply schedules
+the next flush (Nagle's rule, for pipelines): at most one batch in flight, so the batch size
+follows the load by itself — many connections' records share each round trip and each
+``write``/reply event while each caller still waits for its own reply. Replies call back in
+order on the node's :class:`RespConnection`.
 
 Durable writes (``retry=True``) survive a lost connection: they are re-sent, in order, once
 the connection is back (a write that reached Redis just before the loss may then be applied
@@ -131,9 +133,12 @@ class RedisBatcher:
     def _add(self, entry: _Entry) -> None:
         self._pending.append(entry)
         self._idle.clear()
-        if not self._armed:
-            self._armed = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if not self._armed and not self._inflight:
+            self._arm()
+
+    def _arm(self) -> None:
+        self._armed = True
+        asyncio.get_running_loop().call_soon(self._flush)
 
     @property
     def backlog(self) -> int:
@@ -206,6 +211,8 @@ class RedisBatcher:
                         entry.callback(value)
                     except Exception:
                         log.exception("redis reply callback failed")
+            if not self._inflight and self._pending and not self._armed:
+                self._arm()  # the batch is answered: what queued meanwhile goes now
             self._check_idle()
 
         return reply
@@ -255,8 +262,7 @@ class RedisBatcher:
                 self._conn = conn
                 self._watch(conn)
                 if self._pending and not self._armed:
-                    self._armed = True
-                    asyncio.get_running_loop().call_soon(self._flush)
+                    self._arm()
                 return
         finally:
             self._connecting = None

@@ -2,8 +2,9 @@
 
 redis-py costs tens of microseconds per pipelined command in pure Python; the durable path
 sends two commands per message, so it gets this lean protocol instead: commands are encoded
-straight to bytes, every command queued in a loop tick goes out in one ``write``, and replies
-are matched to callbacks in order. Several batches may be in flight at once on the one socket.
+straight to bytes and replies parsed by hiredis (C), a batch goes out in one ``write``, and
+replies are matched to callbacks in order. Several batches may be in flight at once on the
+one socket.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from hiredis import ProtocolError, Reader, pack_command
+
 Reply = Any
-_CRLF = b"\r\n"
 
 
 class RedisReplyError(Exception):
@@ -29,8 +31,8 @@ class RedisConnectionLost(ConnectionError):  # noqa: N818 - a ConnectionError, n
 
 
 def _arg(value: Any) -> bytes:
-    if isinstance(value, bytes):
-        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
     if isinstance(value, str):
         return value.encode()
     if isinstance(value, int | float):
@@ -39,56 +41,21 @@ def _arg(value: Any) -> bytes:
 
 
 def encode_command(args: tuple[Any, ...]) -> bytes:
-    """One command as a RESP array of bulk strings."""
-    parts = [b"*%d\r\n" % len(args)]
-    for value in args:
-        kind = type(value)
-        if kind is bytes:
-            data = value
-        elif kind is str:
-            data = value.encode()
-        else:
+    """One command as a RESP array of bulk strings (hiredis's encoder, in C)."""
+    try:
+        packed: bytes = pack_command(args)
+    except TypeError:  # bool, bytearray, memoryview: hiredis takes str/int/float/bytes only
+        parts = [b"*%d\r\n" % len(args)]
+        for value in args:
             data = _arg(value)
-        parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(parts)
+            parts.append(b"$%d\r\n%b\r\n" % (len(data), data))
+        return b"".join(parts)
+    return packed
 
 
-class _Incomplete(Exception):  # noqa: N818 - control flow, never escapes this module
-    pass
-
-
-def parse_reply(buf: bytes | bytearray, pos: int) -> tuple[Reply, int]:
-    """Parse one reply at ``pos``; raises ``_Incomplete`` when more bytes are needed."""
-    end = buf.find(_CRLF, pos)
-    if end < 0:
-        raise _Incomplete
-    kind = buf[pos]
-    line = bytes(buf[pos + 1 : end])
-    nxt = end + 2
-    if kind == 0x3A:  # ':'
-        return int(line), nxt
-    if kind == 0x24:  # '$'
-        size = int(line)
-        if size < 0:
-            return None, nxt
-        stop = nxt + size
-        if stop + 2 > len(buf):
-            raise _Incomplete
-        return bytes(buf[nxt:stop]), stop + 2
-    if kind == 0x2B:  # '+'
-        return line, nxt
-    if kind == 0x2D:  # '-'
-        return RedisReplyError(line.decode(errors="replace")), nxt
-    if kind == 0x2A:  # '*'
-        count = int(line)
-        if count < 0:
-            return None, nxt
-        items = []
-        for _ in range(count):
-            item, nxt = parse_reply(buf, nxt)
-            items.append(item)
-        return items, nxt
-    raise ValueError(f"unexpected RESP type {chr(kind)!r}")
+def reply_reader() -> Reader:
+    """A RESP2 reply parser (hiredis, in C); error replies come out as ``RedisReplyError``."""
+    return Reader(replyError=RedisReplyError)
 
 
 class RespConnection(asyncio.Protocol):
@@ -96,7 +63,7 @@ class RespConnection(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self._buffer = bytearray()
+        self._reader = reply_reader()
         self._waiting: deque[Callable[[Reply], None]] = deque()
         self.closed = asyncio.get_running_loop().create_future()
 
@@ -152,23 +119,17 @@ class RespConnection(asyncio.Protocol):
         return len(self._waiting)
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
-        pos = 0
+        reader = self._reader
         waiting = self._waiting
         try:
-            while pos < len(buffer):
-                reply, pos_next = parse_reply(buffer, pos)
-                pos = pos_next
+            reader.feed(data)
+            reply = reader.gets()
+            while reply is not False:
                 if waiting:
                     waiting.popleft()(reply)
-        except _Incomplete:
-            pass
-        except ValueError:
-            self.close()
-            return
-        if pos:
-            del buffer[:pos]
+                reply = reader.gets()
+        except ProtocolError:
+            self.close()  # not RESP: nothing after this can be matched to its command
 
     def connection_lost(self, exc: Exception | None) -> None:
         waiting, self._waiting = self._waiting, deque()

@@ -10,7 +10,12 @@ import pytest
 
 from tests.support.redis_server import RedisServer, running_redis
 from xmq.store.redis_batcher import RedisBatcher
-from xmq.store.resp_connection import RedisConnectionLost, encode_command, parse_reply
+from xmq.store.resp_connection import (
+    RedisConnectionLost,
+    RedisReplyError,
+    encode_command,
+    reply_reader,
+)
 
 
 @pytest.fixture(scope="module")
@@ -19,13 +24,47 @@ def server() -> Iterator[RedisServer]:
         yield running
 
 
-def test_resp_encoding_and_nested_replies() -> None:
-    assert encode_command(("SET", "k", b"v\r\n", 7)) == (
-        b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n$1\r\n7\r\n"
-    )
-    reply, end = parse_reply(b"*3\r\n:1\r\n$-1\r\n*1\r\n+OK\r\n", 0)
-    assert reply == [1, None, [b"OK"]]
-    assert end == 22
+@pytest.mark.parametrize(
+    ("args", "wire"),
+    [
+        pytest.param(
+            ("SET", "k", b"v\r\n", 7),
+            b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$3\r\nv\r\n\r\n$1\r\n7\r\n",
+            id="str-bytes-int",
+        ),
+        pytest.param(("X", 1.5), b"*2\r\n$1\r\nX\r\n$3\r\n1.5\r\n", id="float"),
+        pytest.param(
+            ("X", bytearray(b"ab"), True),
+            b"*3\r\n$1\r\nX\r\n$2\r\nab\r\n$4\r\nTrue\r\n",
+            id="bytearray-and-bool-fallback",
+        ),
+    ],
+)
+def test_resp_encoding(args: tuple[Any, ...], wire: bytes) -> None:
+    assert encode_command(args) == wire
+
+
+def test_replies_parsed_whole_and_byte_by_byte() -> None:
+    wire = b"*3\r\n:1\r\n$-1\r\n*1\r\n+OK\r\n-ERR nope\r\n$4\r\na\r\nb\r\n"
+    whole = reply_reader()
+    whole.feed(wire)
+    replies = [whole.gets() for _ in range(4)]
+    assert whole.gets() is False
+    assert replies[0] == [1, None, [b"OK"]]
+    assert isinstance(replies[1], RedisReplyError)
+    assert str(replies[1]) == "ERR nope"
+    assert replies[2:] == [b"a\r\nb", False]
+    stepwise = reply_reader()
+    got: list[Any] = []
+    for index in range(len(wire)):
+        stepwise.feed(wire[index : index + 1])
+        reply = stepwise.gets()
+        while reply is not False:
+            got.append(reply)
+            reply = stepwise.gets()
+    assert [type(item) for item in got] == [list, RedisReplyError, bytes]
+    assert got[0] == replies[0]
+    assert got[2] == b"a\r\nb"
 
 
 async def test_one_write_per_tick(server: RedisServer) -> None:
@@ -39,6 +78,29 @@ async def test_one_write_per_tick(server: RedisServer) -> None:
     assert batcher.pipelines == 1  # the 500 commands and the PING: one write
     assert batcher.commands == 501
     await batcher.close()
+
+
+async def test_commands_queued_while_a_batch_is_out_share_the_next_write(
+    server: RedisServer,
+) -> None:
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    sync = server.client()
+    sync.client_pause(300)  # the first batch stays out 0.3 s
+    replies: list[Any] = []
+    try:
+        batcher.command("RPUSH", "nagle", 0, callback=replies.append)
+        await asyncio.sleep(0.05)  # that batch is written and waits
+        for n in range(1, 11):  # ten more ticks while it is out
+            batcher.command("RPUSH", "nagle", n, callback=replies.append)
+            await asyncio.sleep(0)
+        assert batcher.pipelines == 1
+        await batcher.flush()
+    finally:
+        sync.close()
+        await batcher.close()
+    assert replies == list(range(1, 12))
+    assert batcher.pipelines == 2  # the ten ticks' commands and the PING: one write
 
 
 async def test_script_reloaded_after_script_flush(server: RedisServer) -> None:
