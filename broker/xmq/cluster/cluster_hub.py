@@ -136,7 +136,7 @@ class ClusterHub:
 
     def link_hello(self, link: PeerLink, body: bytes) -> None:
         reader = BodyReader(body)
-        node, epoch = reader.text(), reader.u64()
+        node, epoch, features = reader.text(), reader.u64(), reader.rest()[:1]
         if not self.identity.online or node == self.identity.node_id:
             link.close()
             return
@@ -149,6 +149,7 @@ class ClusterHub:
             existing.close()
         link.peer_node = node
         link.peer_epoch = epoch
+        link.shared_counted = bool(features) and bool(features[0] & frames.FEATURE_SHARED_COUNTED)
         self.links[node] = link
         self._all_links.add(link)
         log.info("link up: %s (epoch %d)", node, epoch)
@@ -187,31 +188,55 @@ class ClusterHub:
         # appended for its persistent sessions (a DIRECT one for its session, expecting the
         # dead run); the publishers' held acks wait for those appends instead.
         dead = (link.peer_node, link.peer_epoch)
-        for _, message, hold, direct in link.take_unconfirmed():
-            if direct is None:
+        # unconfirmed SHARED ones: their held acks wait for the member re-dispatched to
+        shared_holds: dict[int, DurableHold] = {}
+        for _, message, hold, what in link.take_unconfirmed():
+            if what is None:
                 if len(fresh):
                     self.orphans.to_orphans(fresh, message, hold)
+            elif isinstance(what, int):
+                if hold is not None:
+                    shared_holds[what] = hold
+                continue
             elif orphan:
-                client_id, qos = direct
+                client_id, qos = what
                 self.orphans.append_for(dead, (client_id, message, qos, hold))
             if hold is not None:
                 hold.release()
         pending, link.shared_out = link.shared_out, {}
-        for group, topic_filter, message in pending.values():
-            self._redispatch_shared(group, topic_filter, message, exclude=link.peer_node)
+        for sequence, (group, topic_filter, message) in pending.items():
+            hold = shared_holds.pop(sequence, None)
+            self._redispatch_shared(group, topic_filter, message, link.peer_node, hold)
+            if hold is not None:
+                hold.release()
+        for hold in shared_holds.values():  # acknowledged by the member, not yet confirmed
+            hold.release()
 
     def _redispatch_shared(
-        self, group: str, topic_filter: str, message: Message, exclude: str
+        self,
+        group: str,
+        topic_filter: str,
+        message: Message,
+        exclude: str,
+        hold: DurableHold | None = None,
     ) -> None:
-        """A shared-group message its chosen node did not take: another member gets it."""
+        """A shared-group message its chosen node did not take: another member gets it
+        (``hold``, the publisher's held ack, is held by the member's record or link)."""
         broker = self.broker
         local = broker.shared.get_group(group, topic_filter)
         if local is not None and len(local.members):
-            broker.publish_shared_from_peer(group, topic_filter, message)
+            store = self.store if hold is not None else None
+            if store is not None:
+                store.hold = hold  # a persistent member's record holds it until written
+            try:
+                broker.publish_shared_from_peer(group, topic_filter, message)
+            finally:
+                if store is not None:
+                    store.hold = None
             return
         remote = self.table.shares.get_group(group, topic_filter)
         if remote is not None and any(node != exclude for node in remote.members):
-            self.forward_shared(group, topic_filter, message)
+            self.forward_shared(group, topic_filter, message, hold)
             return
         broker.stats.messages_dropped += 1
 
@@ -325,7 +350,7 @@ class ClusterHub:
                 shared = self.broker.shared
                 for group in table.shares.match(topic):
                     if shared.get_group(group.group, group.topic_filter) is None and (
-                        self.forward_shared(group.group, group.topic_filter, message)
+                        self.forward_shared(group.group, group.topic_filter, message, hold)
                     ):
                         count += 1
             self.forwarded += len(sent)
@@ -339,7 +364,9 @@ class ClusterHub:
         found = self.table.shares.get_group(group, topic_filter)
         return found is not None and len(found.members) > 0
 
-    def forward_shared(self, group: str, topic_filter: str, message: Message) -> bool:
+    def forward_shared(
+        self, group: str, topic_filter: str, message: Message, hold: DurableHold | None = None
+    ) -> bool:
         found = self.table.shares.get_group(group, topic_filter)
         if found is None:
             return False
@@ -354,7 +381,9 @@ class ClusterHub:
                 record = self.encode(message, message.qos, False)
                 link.shared_seq = sequence = (link.shared_seq + 1) & 0xFFFFFFFF
                 link.shared_out[sequence] = (group, topic_filter, message)
-                link.send(frames.shared(sequence, group, topic_filter, record))
+                link.send_shared(
+                    frames.shared(sequence, group, topic_filter, record), sequence, message, hold
+                )
                 return True
             tried.add(node)
 

@@ -1,8 +1,9 @@
 """Frames from a linked peer (after HELLO), and our PUBLISH_ACK confirmations to it.
 
-PUBLISH and DIRECT frames are counted per link in arrival order; after the store has flushed
-every record they caused, one PUBLISH_ACK tells the sender how many of them are recorded here,
-so it can release its copies and its publishers' held acknowledgements.
+PUBLISH, DIRECT and SHARED frames are counted per link in arrival order; after the store has
+flushed every record they caused, one PUBLISH_ACK tells the sender how many of them are
+recorded here (a SHARED one: in its member's record, or handed to the member), so it can
+release its copies and its publishers' held acknowledgements.
 """
 
 from __future__ import annotations
@@ -86,6 +87,8 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         hub.broker.publish_shared_from_peer(
             group, topic_filter, message, lambda: link.confirm_shared(sequence)
         )
+        if link.shared_counted:  # PUBLISH_ACK: the member's record is written (or handed on)
+            _count_in(hub, link)
     elif kind == Kind.PUBLISH_ACK:
         link.confirmed(reader.u64())
     elif kind == Kind.SHARED_ACK:

@@ -23,7 +23,7 @@ class FrameError(ValueError):
 
 
 class Kind(enum.IntEnum):
-    HELLO = 1  # node id, u64 epoch
+    HELLO = 1  # node id, u64 epoch, optional u8 features
     ROUTE = 2  # u8 added, filter
     SHARE = 3  # u8 added, group, filter
     DSUB = 4  # u8 added, client id, key, filter, u8 qos, u8 flags
@@ -47,8 +47,15 @@ def frame(kind: Kind, *parts: bytes) -> bytes:
     return _LEN.pack(len(body) + 1) + bytes((kind,)) + body
 
 
+FEATURE_SHARED_COUNTED = 1
+"""HELLO feature bit: this node counts SHARED frames with PUBLISH and DIRECT frames for
+PUBLISH_ACK, both ways. Used on a link only when both peers set it (older nodes send no
+feature byte and ignore ours), so the two counts always agree."""
+
+
 def hello(node_id: str, epoch: int) -> bytes:
-    return frame(Kind.HELLO, _str(node_id), _U64.pack(epoch))
+    features = bytes((FEATURE_SHARED_COUNTED,))
+    return frame(Kind.HELLO, _str(node_id), _U64.pack(epoch), features)
 
 
 def route(added: bool, topic_filter: str) -> bytes:

@@ -16,8 +16,9 @@ if TYPE_CHECKING:
     from xmq.core.cluster_ports import DurableHold
     from xmq.core.message import Message
 
-Unconfirmed = tuple[int, "Message", "DurableHold | None", "tuple[str, int] | None"]
-"""frame sequence, message, the publisher's held ack, (client id, QoS) of a DIRECT frame"""
+Unconfirmed = tuple[int, "Message", "DurableHold | None", "tuple[str, int] | int | None"]
+"""frame sequence, message, the publisher's held ack, and what the frame was: ``None`` a
+PUBLISH, ``(client id, QoS)`` a DIRECT, an ``int`` a SHARED frame (its shared sequence)"""
 
 log = logging.getLogger("xmq.cluster.link")
 
@@ -42,6 +43,7 @@ class PeerLink(asyncio.Protocol):
         "published_in",
         "published_out",
         "received_shared",
+        "shared_counted",
         "shared_out",
         "shared_seq",
         "transport",
@@ -59,6 +61,7 @@ class PeerLink(asyncio.Protocol):
         self._scheduled = False
         # shared-group messages sent and not yet confirmed: re-dispatched if the link dies
         self.shared_seq = 0
+        self.shared_counted = False  # both ends count SHARED frames for PUBLISH_ACK (HELLO)
         self.shared_out: dict[int, tuple[str, str, Any]] = {}
         self.received_shared: list[int] = []
         # PUBLISH and DIRECT frames: sent (count), and those for a node with persistent
@@ -130,6 +133,21 @@ class PeerLink(asyncio.Protocol):
         self._keep((self.published_out, message, hold, (client_id, qos)))
         self.send(data)
 
+    def send_shared(
+        self, data: bytes, sequence: int, message: Message, hold: DurableHold | None
+    ) -> None:
+        """Send a SHARED frame. The receiver counts it with PUBLISH and DIRECT frames: its
+        PUBLISH_ACK says the member's record is written (or the message was handed to the
+        member), which releases ``hold``; until then the hold is kept with the frame. A peer
+        that does not count them (an older node) holds nothing."""
+        if not self.shared_counted:
+            self.send(data)
+            return
+        self.published_out += 1
+        if hold is not None:
+            self._keep((self.published_out, message, hold, sequence))
+        self.send(data)
+
     def _keep(self, entry: Unconfirmed) -> None:
         hold = entry[2]
         if hold is not None:
@@ -142,8 +160,8 @@ class PeerLink(asyncio.Protocol):
                 dropped.release()
 
     def confirmed(self, count: int) -> None:
-        """The peer has the first ``count`` PUBLISH and DIRECT frames in its records: their
-        held acks are released (one batch per PUBLISH_ACK)."""
+        """The peer has the first ``count`` PUBLISH, DIRECT (and SHARED, when counted) frames
+        in its records: their held acks are released (one batch per PUBLISH_ACK)."""
         unconfirmed = self.unconfirmed
         while unconfirmed and unconfirmed[0][0] <= count:
             hold = unconfirmed.popleft()[2]

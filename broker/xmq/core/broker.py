@@ -312,12 +312,12 @@ class Broker(AuthEvents):
         if cluster is not None:
             count += cluster.forward(message, hold)
             if message.retain and (sync := self.retained_sync) is not None:
-                sync.changed(message)
+                sync.changed(message, hold)
         if len(self.shared):
             now = self.now() if message.expires_at is not None else 0.0
             for group in self.shared.match(message.topic):
                 if (
-                    cluster is not None and self._shared_elsewhere(cluster, group, message)
+                    cluster is not None and self._shared_elsewhere(cluster, group, message, hold)
                 ) or self._deliver_shared(group, message, now, ()):
                     count += 1
         return count
@@ -404,6 +404,7 @@ class Broker(AuthEvents):
         cluster: ClusterRouter,
         group: SharedGroup[Session, Subscription],
         message: Message,
+        hold: DurableHold | None,
     ) -> bool:
         """Local members first; with none online here, another node's members get it."""
         for session in group.members:
@@ -411,7 +412,7 @@ class Broker(AuthEvents):
                 return False
         if not cluster.has_shared(group.group, group.topic_filter):
             return False
-        return cluster.forward_shared(group.group, group.topic_filter, message)
+        return cluster.forward_shared(group.group, group.topic_filter, message, hold)
 
     def drop_all_sessions(self) -> None:
         """The node lost its lease: forget every session (their stored copies stay)."""

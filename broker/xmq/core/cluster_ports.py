@@ -174,8 +174,15 @@ class ClusterRouter(Protocol):
         """
         ...
 
-    def forward_shared(self, group: str, topic_filter: str, message: Message) -> bool:
-        """Send a message to one other node with members of the shared group."""
+    def forward_shared(
+        self, group: str, topic_filter: str, message: Message, hold: DurableHold | None = None
+    ) -> bool:
+        """Send a message to one other node with members of the shared group.
+
+        ``hold`` is held until that node has taken the message: its member's record written
+        (a persistent session) or the message handed to the member; when the link dies first,
+        until the member it is re-dispatched to has taken it.
+        """
         ...
 
     def has_shared(self, group: str, topic_filter: str) -> bool:
@@ -201,8 +208,9 @@ class RetainedSync(Protocol):
     """Cluster-wide retained messages: every retained change published on this node goes to
     Redis (batched per loop tick) so that nodes starting later load it."""
 
-    def changed(self, message: Message) -> None:
-        """A retained PUBLISH (set, or clear with an empty payload) was published here."""
+    def changed(self, message: Message, hold: DurableHold | None = None) -> None:
+        """A retained PUBLISH (set, or clear with an empty payload) was published here;
+        ``hold`` (a publisher's held ack) is held until Redis has answered its write."""
 
 
 class RecordedPacketIds(set[int]):

@@ -5,8 +5,11 @@ a QoS 1/2 PUBLISH is routed with a ``HeldAck`` set as the hold of the durable st
 passed to the cluster router. Every record the routing queues takes the hold once (``hold``)
 and gives it back when written (``release``): a local persistent subscriber's ``RPUSH``, the
 PUBLISH frame to a node with persistent sessions until that node's PUBLISH_ACK, an
-``APPEND_IF_OWNER`` for a dead owner's session. The routing itself holds it too, so the ack
-goes out when the last of them is released — at once when nothing durable was involved.
+``APPEND_IF_OWNER`` for a dead owner's session, a SHARED frame to another node's shared-group
+member until that node's PUBLISH_ACK (or, when it dies first, until the member the message is
+re-dispatched to has it), a retained message's Redis record. The routing itself holds it too,
+so the ack goes out when the last of them is released — at once when nothing durable was
+involved.
 
 No task or future per message: a held ack is one slotted object with a counter; the links
 release theirs in batches, per PUBLISH_ACK. Held acks count against the client's in-flight

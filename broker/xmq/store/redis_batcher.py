@@ -72,6 +72,7 @@ class RedisBatcher:
         self.pipelines = 0
         self.commands = 0
         self.failures = 0
+        self.resent = 0  # commands queued again after a NOSCRIPT reply or a lost connection
 
     async def start(self) -> None:
         """Connect (raises when Redis does not answer)."""
@@ -148,18 +149,21 @@ class RedisBatcher:
         """Wait until everything queued so far has been answered (later commands may not be).
 
         A ``PING`` queued behind them is answered after them (replies come in order), so this
-        returns under continuous load too.
+        returns under continuous load too; a command re-sent meanwhile (a lost script, a lost
+        connection) went behind that ``PING``, so another one follows it.
         """
-        if self._idle.is_set():
-            return
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        while not self._idle.is_set():
+            resent = self.resent
+            future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-        def answered(reply: Any) -> None:
-            if not future.done():
-                future.set_result(None)
+            def answered(reply: Any, future: asyncio.Future[None] = future) -> None:
+                if not future.done():
+                    future.set_result(None)
 
-        self.command("PING", callback=answered)
-        await future
+            self.command("PING", callback=answered)
+            await future
+            if self.resent == resent:
+                return
 
     # -- the writer -------------------------------------------------------------------------
 
@@ -195,6 +199,7 @@ class RedisBatcher:
             if isinstance(value, RedisConnectionLost):
                 self.failures += 1
                 if entry.retry:
+                    self.resent += 1
                     self._add(entry)
                 elif entry.callback is not None:
                     entry.callback(value)
@@ -202,6 +207,7 @@ class RedisBatcher:
                 assert entry.script is not None
                 entry.args = ("EVAL", entry.script, *entry.args[2:])
                 entry.payload = encode_command(entry.args)
+                self.resent += 1
                 self._add(entry)
             else:
                 if isinstance(value, RedisReplyError):

@@ -23,6 +23,7 @@ from xmq.codec.property_codec import decode_properties, encode_properties
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.records import RetainedMessage
 from xmq.contract.retained_scripts import RETAINED_TOMBSTONE_TTL_MS, SET_RETAINED
+from xmq.core.cluster_ports import DurableHold
 from xmq.core.message import Message
 from xmq.routing.retained import RetainedStore
 from xmq.store.redis_batcher import RedisBatcher
@@ -70,7 +71,9 @@ class RedisRetainedSync:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def changed(self, message: Message) -> None:
+    def changed(self, message: Message, hold: DurableHold | None = None) -> None:
+        """Write a retained change; ``hold`` (the publisher's held ack, ``max_queued_writes``
+        0) is held until Redis has answered, so the PUBACK / PUBREC follows the record."""
         topic = message.topic
         if topic.startswith(_SYS):
             return  # this node's own statistics, not cluster-wide state
@@ -83,6 +86,8 @@ class RedisRetainedSync:
             ttl_ms = max(1, math.ceil((message.expires_at - self.clock()) * 1000))
 
         def written(reply: Any, topic: str = topic) -> None:
+            if hold is not None:
+                hold.release()  # answered (a failed write is logged: the ack is not kept)
             if isinstance(reply, BaseException):
                 self.failures += 1
                 log.warning("retained change of %r not stored: %s", topic, reply)
@@ -91,6 +96,8 @@ class RedisRetainedSync:
             if isinstance(reply, int) and reply > self.revisions.get(topic, 0):
                 self.revisions[topic] = reply
 
+        if hold is not None:
+            hold.hold()
         self.batcher.script(
             SET_RETAINED,
             (self.keys.retained_revision(), self.keys.retained(topic), self.keys.retained_index()),

@@ -112,6 +112,13 @@ async def test_script_reloaded_after_script_flush(server: RedisServer) -> None:
     sync.script_flush()
     sync.close()
     assert await batcher.call_script(text, (), ("41",)) == 42
+    sync = server.client()
+    sync.script_flush()
+    sync.close()
+    replies: list[Any] = []
+    batcher.script(text, (), ("6",), callback=replies.append)
+    await batcher.flush()  # its PING was answered before the script's EVAL re-send
+    assert replies == [7]
     await batcher.close()
 
 

@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from tests.support.redis_server import RedisServer, running_redis
+from tests.unit.cluster.test_held_forwarding import Hold
 from xmq.codec.properties import Properties
 from xmq.contract import ClusterKeys, RetainedMessage
 from xmq.contract.retained_scripts import SET_RETAINED
@@ -95,4 +96,25 @@ async def test_changes_round_trip_through_redis(server: RedisServer) -> None:
     local = store.get("a/2")
     assert local is not None
     assert local.payload == b"local"
+    await batcher.close()
+
+
+async def test_a_held_ack_waits_until_redis_has_the_retained_record(server: RedisServer) -> None:
+    keys = ClusterKeys("retained-held")
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    writer = RedisRetainedSync(batcher, keys, RetainedStore(), asyncio.get_running_loop().time)
+    hold = Hold()
+    writer.changed(_message("held/1", b"one"), hold)
+    local = Hold()
+    writer.changed(_message("$SYS/broker/load", b"1"), local)  # not stored: nothing to wait for
+    assert local.routed().acked
+    assert not hold.routed().acked  # the write has not been answered yet
+    await batcher.flush()
+    assert hold.acked
+    client = server.client()
+    try:
+        assert _stored(client, keys.retained("held/1")).payload_b64 == "b25l"
+    finally:
+        client.close()
     await batcher.close()
