@@ -88,6 +88,7 @@ class ClusterRuntime:
         self.membership: Membership | None = None
         self.pending_orphans: dict[tuple[str, int], PendingOrphans] = {}
         self._peers_task: asyncio.Task[None] | None = None
+        self._lease_missing_since: dict[str, int] = {}  # linked node -> membership.refreshes
         self.address = ""
 
     async def start(self) -> str:
@@ -172,10 +173,35 @@ class ClusterRuntime:
             self.hub.connect_peers({node: lease.address for node, lease in peers.items()})
             if self.pending_orphans:
                 await self._adopt_pending()
-            for node, link in list(self.hub.links.items()):
-                lease = peers.get(node)
-                if lease is not None and lease.epoch > link.peer_epoch:
+            self._close_stale_links(membership)
+
+    def _close_stale_links(self, membership: Membership) -> None:
+        """Close links to a newer run's predecessor, and to a node whose lease is gone.
+
+        A node that stops answering without closing its links (paused, partitioned from us
+        but not from its clients' view) loses its lease after ``lease_ttl_s``; dropping its
+        link then makes its unconfirmed messages orphans here, appended to its persistent
+        sessions in Redis, and releases the publishers' held acks that waited on it. The lease
+        must be missing from a refresh made after the link was seen up (a peer's lease exists
+        before it links, so a snapshot older than the link proves nothing).
+        """
+        peers = membership.peers
+        missing = self._lease_missing_since
+        for node, link in list(self.hub.links.items()):
+            lease = peers.get(node)
+            if lease is not None:
+                missing.pop(node, None)
+                if lease.epoch > link.peer_epoch:
                     link.close()  # a newer run of that node exists: this link is stale
+                continue
+            first = missing.setdefault(node, membership.refreshes)
+            if membership.refreshes > first:
+                log.warning("node %s has no lease any more: closing its link", node)
+                missing.pop(node, None)
+                link.close()
+        for node in list(missing):
+            if node not in self.hub.links:
+                del missing[node]
 
     async def _adopt_pending(self) -> None:
         """Sessions of owners seen with a lease at start: orphans once the owner is gone."""

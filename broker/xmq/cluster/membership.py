@@ -50,6 +50,7 @@ class Membership:
         self.started_at = time.time()
         self.last_renewed = 0.0
         self.peers: dict[str, NodeLease] = {}
+        self.refreshes = 0  # how many times ``peers`` was read from Redis
         self._task: asyncio.Task[None] | None = None
 
     def _lease(self) -> str:
@@ -116,6 +117,7 @@ class Membership:
     async def _refresh_peers(self, interval: float) -> None:
         async with asyncio.timeout(interval):
             self.peers = await self.live_members()
+        self.refreshes += 1
 
     async def live_members(self) -> dict[str, NodeLease]:
         """node id -> lease of every member whose lease is present."""

@@ -135,3 +135,40 @@ def test_a_publisher_node_killed_right_after_its_pubacks_loses_nothing_acknowled
         remote.disconnect()
     finally:
         nodes.stop_all()
+
+
+def test_a_paused_subscriber_node_loses_its_link_with_its_lease_and_the_puback_goes(
+    redis_server: RedisServer, uid: str
+) -> None:
+    nodes = ClusterNodes(redis_server, f"paused-{uid}")
+    try:
+        nodes.start_many(2)
+        topic = f"{uid}/paused"
+        client_id = f"{uid}-persistent"
+        subscriber = PahoClient(nodes.port(2), client_id)
+        subscriber.connect(clean_start=True, properties=EXPIRY)
+        subscriber.subscribe(topic, 1)
+        routed(nodes.port(2), nodes.port(1), topic, subscriber)
+        publisher = RawClient(nodes.port(1))
+        publisher.connect(f"{uid}-pub")
+
+        os.kill(nodes.nodes[2].proc.pid, signal.SIGSTOP)  # alive for TCP, silent otherwise
+        paused_at = time.monotonic()
+        publisher.send_packet(Publish(topic, b"held", qos=1, packet_id=1))
+        # node-2's lease (2 s) runs out; node-1 closes its link and appends the message to the
+        # session's Redis queue, which releases the PUBACK (before: held until the link closed)
+        assert publisher.read_packet(timeout=15) == Puback(1)
+        assert time.monotonic() - paused_at >= nodes.lease_ttl_s * 0.9
+        subscriber.close()
+        nodes.kill(2)
+
+        again = PahoClient(nodes.port(1), client_id)
+        result = again.connect(clean_start=False, properties=EXPIRY, timeout=15)
+        assert result.session_present
+        assert b"held" in _payloads(again, quiet_s=1.0, timeout=10)
+        again.disconnect()
+        publisher.close()
+    finally:
+        if 2 in nodes.nodes:
+            nodes.kill(2)
+        nodes.stop_all()
