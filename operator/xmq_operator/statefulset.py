@@ -81,21 +81,26 @@ def _ports(spec: ClusterSpec) -> list[dict[str, Any]]:
     ]
     if spec.listeners.tls.enabled:
         ports.append({"name": "mqtts", "containerPort": spec.listeners.tls.port, "protocol": "TCP"})
-    # Worker w (> 0) links on CLUSTER_LINK_PORT + w and serves /metrics on HEALTH_PORT + w;
-    # the probes use worker 0's "health" port (the supervisor restarts any worker that dies).
-    for worker in range(1, pod_workers(spec)):
-        ports += [
-            {
-                "name": f"cluster-{worker}",
-                "containerPort": pod_contract.CLUSTER_LINK_PORT + worker,
-                "protocol": "TCP",
-            },
+    # With several workers the "health" port is the supervisor's: its probes ask every worker
+    # (a wedged or dead one fails them by name). Worker w links on CLUSTER_LINK_PORT + w and
+    # serves its own /metrics, /healthz and /readyz on HEALTH_PORT + 1 + w.
+    workers = pod_workers(spec)
+    for worker in range(workers if workers > 1 else 0):
+        if worker:
+            ports.append(
+                {
+                    "name": f"cluster-{worker}",
+                    "containerPort": pod_contract.CLUSTER_LINK_PORT + worker,
+                    "protocol": "TCP",
+                }
+            )
+        ports.append(
             {
                 "name": f"health-{worker}",
-                "containerPort": pod_contract.HEALTH_PORT + worker,
+                "containerPort": pod_contract.HEALTH_PORT + 1 + worker,
                 "protocol": "TCP",
-            },
-        ]
+            }
+        )
     return ports
 
 

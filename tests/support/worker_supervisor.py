@@ -16,6 +16,7 @@ from pathlib import Path
 _WORKER = re.compile(
     r"^xmq: worker (\d+) node (\S+) pid (\d+) link (\S+) metrics \S+:(\d+) mqtt \S+:(\d+)"
 )
+_SUPERVISOR = re.compile(r"^xmq: supervisor pid \d+ workers \d+ health \S+:(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class WorkerSupervisor:
             text=True,
         )
         self.started: list[WorkerLine] = []
+        self.health_port = 0
+        """The supervisor's own HTTP port (the pod's probes), once printed."""
         self._changed = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -56,6 +59,8 @@ class WorkerSupervisor:
     def _read(self) -> None:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
+            if supervisor := _SUPERVISOR.match(line.strip()):
+                self.health_port = int(supervisor.group(1))
             match = _WORKER.match(line.strip())
             if match:
                 index, node, pid, link, metrics, mqtt = match.groups()

@@ -41,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         "--url",
         help="the node's metrics/admin endpoint (default: 127.0.0.1 and metrics.port of "
         f"--config, ${CONFIG_FILE_ENV} or {CONFIG_PATH}, else port {HEALTH_PORT}; with "
-        "workers, every worker's port metrics.port + i)",
+        "workers, every worker's port metrics.port + 1 + i)",
     )
     drain.add_argument("-c", "--config", help="YAML configuration file of the node")
     drain.add_argument(
@@ -64,7 +64,7 @@ def _config_error(error: ValidationError) -> str:
 
 def _admin_urls(config_path: str | None) -> list[str]:
     """The local node's admin endpoints (one per worker), from its config file (the pod's
-    preStop hook): ``metrics.port + i`` for worker ``i``."""
+    preStop hook): ``metrics.port + 1 + i`` for worker ``i``."""
     from xmq.app.worker_plan import admin_ports
 
     path = config_path or os.environ.get(CONFIG_FILE_ENV) or CONFIG_PATH

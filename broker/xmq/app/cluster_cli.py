@@ -36,6 +36,13 @@ def add_cluster_commands(commands: Any) -> None:
         default=1884,
         help="MQTT port of node 1; node i uses port+i-1 (0: any free ports)",
     )
+    up.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="broker processes per node, under one supervisor sharing the node's MQTT port "
+        "(default: %(default)s); worker w of node i is node-<i>-<w>",
+    )
     up.add_argument("--lease-ttl", type=float, default=10.0, help="lease TTL in seconds")
     up.add_argument("--max-queued-writes", type=int, default=0)
     up.set_defaults(func=_up)
@@ -78,12 +85,18 @@ def _start_redis(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
     return proc, url
 
 
-def _listening_address(node: subprocess.Popen[str]) -> str:
-    """Read a node's stdout until its MQTT listener line; return ``host:port``."""
+def _listening_address(node: subprocess.Popen[str], workers: int) -> str:
+    """Read a node's stdout until each of its workers printed its MQTT listener line (they
+    share the port); return ``host:port``."""
     assert node.stdout is not None
+    listening = 0
     for line in node.stdout:
         if line.startswith("xmq: listening mqtt "):
-            return line.split()[-1]
+            listening += 1
+            if listening == workers:
+                return line.split()[-1]
+        elif workers > 1:
+            sys.stdout.write(line)  # the supervisor's and workers' own lines
     raise SystemExit("a node exited before listening")
 
 
@@ -94,8 +107,11 @@ def _relay(node: subprocess.Popen[str]) -> None:
 
 
 def _node_config(args: argparse.Namespace, url: str, index: int) -> str:
+    # one process: node-<i>; workers: node-<i>-0 ... node-<i>-<W-1> (worker_plan's ids)
+    node_id = f"node-{index}" if args.workers == 1 else f"node-{index}-0"
     return (
-        f"node_id: node-{index}\n"
+        f"node_id: {node_id}\n"
+        f"workers: {args.workers}\n"
         "listeners:\n"
         f"  - {{name: mqtt, host: 127.0.0.1, port: {args.port + index - 1 if args.port else 0}}}\n"
         "cluster:\n"
@@ -109,8 +125,8 @@ def _node_config(args: argparse.Namespace, url: str, index: int) -> str:
 
 
 def _up(args: argparse.Namespace) -> int:
-    if args.nodes < 1:
-        print("--nodes must be at least 1", file=sys.stderr)
+    if args.nodes < 1 or args.workers < 1:
+        print("--nodes and --workers must be at least 1", file=sys.stderr)
         return 2
     work = tempfile.TemporaryDirectory(prefix="xmq-cluster-")
     redis_proc: subprocess.Popen[bytes] | None = None
@@ -134,7 +150,7 @@ def _up(args: argparse.Namespace) -> int:
             command = [sys.executable, "-m", "xmq", "serve", "--config", str(path)]
             nodes.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
         for index, node in enumerate(nodes, start=1):
-            address = _listening_address(node)
+            address = _listening_address(node, args.workers)
             print(f"xmq: node-{index} mqtt {address}", flush=True)
             threading.Thread(target=_relay, args=(node,), daemon=True).start()
         while not stop and all(node.poll() is None for node in nodes):

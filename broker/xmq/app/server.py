@@ -209,6 +209,9 @@ class BrokerNode:
     def reload(self) -> None:
         """SIGHUP: reload TLS certificates now; re-read the log level and format."""
         count = self.listeners.reload_certificates()
+        link_tls = self.cluster.hub.link_tls if self.cluster is not None else None
+        if link_tls is not None:
+            count += link_tls.reload()
         log.info("SIGHUP: %d certificate contexts reloaded", count)
         if self.config_path is None:
             return

@@ -7,6 +7,11 @@ that dies while it is not stopping (backoff 0.5 s doubling to 30 s, reset after 
 uptime) and exits when every worker has exited. A listener configured with port 0 is resolved
 here first, so all workers share one port. Workers stop when the supervisor dies, even by
 SIGKILL (``PR_SET_PDEATHSIG`` on Linux, else a check of the parent pid every second).
+
+With ``metrics.enabled`` the supervisor serves the pod's probes on ``metrics.port`` itself,
+answering for every worker (``xmq.app.supervisor_health``); worker ``w`` serves its own
+endpoint on ``metrics.port + 1 + w`` (with port 0, on a free port the supervisor picks and
+passes in ``XMQ_WORKER_HTTP_PORT``).
 """
 
 from __future__ import annotations
@@ -22,7 +27,13 @@ import time
 from dataclasses import dataclass, field
 from types import FrameType
 
-from xmq.app.worker_plan import SUPERVISOR_PID_ENV, WORKER_INDEX_ENV
+from xmq.app.supervisor_health import EndpointThread, SupervisorEndpoint
+from xmq.app.worker_plan import (
+    SUPERVISOR_PID_ENV,
+    WORKER_HTTP_PORT_ENV,
+    WORKER_INDEX_ENV,
+    worker_http_port,
+)
 from xmq.config import BrokerConfig, ListenerConfig
 from xmq.contract.pod import POD_UID_ENV
 
@@ -47,6 +58,10 @@ class Worker:
     failures: int = 0
     restart_at: float | None = None
     exit_codes: list[int] = field(default_factory=list)
+    http_port: int = 0
+    """Its own HTTP endpoint's port (what the supervisor's probes ask)."""
+    answered_pid: int | None = None
+    """The pid whose endpoint last answered the supervisor (a fresh process has not yet)."""
 
 
 def reserve_ports(
@@ -98,10 +113,28 @@ class Supervisor:
 
     def _start(self, worker: Worker) -> None:
         env = dict(self._env, **{WORKER_INDEX_ENV: str(worker.index)})
+        if self.config.metrics.enabled:
+            env[WORKER_HTTP_PORT_ENV] = str(worker.http_port)
         worker.proc = subprocess.Popen(self._command(), env=env)
         worker.started_at = time.monotonic()
         worker.restart_at = None
         log.info("worker %d started (pid %d)", worker.index, worker.proc.pid)
+
+    def _start_endpoint(self) -> EndpointThread | None:
+        """Serve the pod's probes on ``metrics.port`` (they ask every worker's own port)."""
+        metrics = self.config.metrics
+        if not metrics.enabled:
+            return None
+        for worker in self.workers:
+            worker.http_port = worker_http_port(self.config, worker.index) or _free_port(
+                metrics.host
+            )
+        endpoint = SupervisorEndpoint(
+            self.workers, _local_address(metrics.host), lambda: self.stopping
+        )
+        thread = EndpointThread(endpoint, metrics.host, metrics.port)
+        thread.start()
+        return thread
 
     def _signal_all(self, signum: int) -> None:
         for worker in self.workers:
@@ -160,7 +193,18 @@ class Supervisor:
         self._env["XMQ_LISTENERS"] = listeners_json
         self._env[SUPERVISOR_PID_ENV] = str(os.getpid())
         self._env.setdefault(POD_UID_ENV, f"local-{os.getpid()}-{int(time.time())}")
-        print(f"xmq: supervisor pid {os.getpid()} workers {len(self.workers)}", flush=True)
+        try:
+            endpoint = self._start_endpoint()
+        except OSError as error:
+            log.error(
+                "cannot serve the probes on metrics.port %d: %s", self.config.metrics.port, error
+            )
+            for sock in held:
+                sock.close()
+            return 1
+        bound = endpoint.bound if endpoint is not None else None
+        health = f" health {bound[0]}:{bound[1]}" if bound is not None else ""
+        print(f"xmq: supervisor pid {os.getpid()} workers {len(self.workers)}{health}", flush=True)
         try:
             for worker in self.workers:
                 self._start(worker)
@@ -181,10 +225,25 @@ class Supervisor:
                 time.sleep(0.1)
         finally:
             self._signal_all(signal.SIGKILL)  # only reached with workers alive on an error
+            if endpoint is not None:
+                endpoint.stop()
             for sock in held:
                 sock.close()
         failed = [w.index for w in self.workers if w.exit_codes and w.exit_codes[-1] != 0]
         return 1 if failed else 0
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _local_address(host: str) -> str:
+    """Where the supervisor reaches an endpoint bound to ``host``."""
+    return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
 
 
 def follow_supervisor() -> int | None:

@@ -1,8 +1,10 @@
 """What each of the ``workers`` node processes of one ``xmq serve`` is (pure decisions).
 
 Worker ``i`` of a supervisor whose config says ``node_id: <pod>-<n>`` is the cluster node
-``<pod>-<n+i>``; its node link listens on ``cluster.link_port + i`` and its HTTP endpoint
-(metrics, probes, admin) on ``metrics.port + i`` (a port of 0 stays 0: any free port each).
+``<pod>-<n+i>``; its node link listens on ``cluster.link_port + i`` (0 stays 0: any free port)
+and its HTTP endpoint (metrics, probes, admin) on ``metrics.port + 1 + i``: ``metrics.port``
+itself is the supervisor's, whose probes answer for every worker (with port 0 the supervisor
+picks a free port for each worker and passes it in ``XMQ_WORKER_HTTP_PORT``).
 The MQTT listeners are shared: every worker binds the same ports with ``SO_REUSEPORT`` and
 the kernel spreads new connections over them.
 """
@@ -20,6 +22,8 @@ WORKER_INDEX_ENV = "XMQ_WORKER_INDEX"
 """Set by the supervisor in each worker's environment: the worker's index (0..N-1)."""
 SUPERVISOR_PID_ENV = "XMQ_SUPERVISOR_PID"
 """Set by the supervisor: its pid; a worker whose parent is gone stops."""
+WORKER_HTTP_PORT_ENV = "XMQ_WORKER_HTTP_PORT"
+"""Set by the supervisor: the port of the worker's HTTP endpoint (the supervisor probes it)."""
 
 _CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
@@ -58,12 +62,20 @@ def worker_node_id(node_id: str, index: int) -> str:
     return node_id_for(pod_name, first + index)
 
 
+def worker_http_port(config: BrokerConfig, index: int) -> int:
+    """Worker ``index``'s HTTP port: ``metrics.port + 1 + index`` (0 stays 0)."""
+    return _offset(config.metrics.port, 1 + index)
+
+
 def worker_config(config: BrokerConfig, index: int) -> BrokerConfig:
-    """The configuration of worker ``index``: its node id, link port and HTTP port."""
+    """The configuration of worker ``index``: its node id, link port and HTTP port (the one
+    its supervisor chose, ``XMQ_WORKER_HTTP_PORT``, else ``worker_http_port``)."""
     cluster = config.cluster.model_copy(
         update={"link_port": _offset(config.cluster.link_port, index)}
     )
-    metrics = config.metrics.model_copy(update={"port": _offset(config.metrics.port, index)})
+    chosen = os.environ.get(WORKER_HTTP_PORT_ENV)
+    port = int(chosen) if chosen else worker_http_port(config, index)
+    metrics = config.metrics.model_copy(update={"port": port})
     return config.model_copy(
         update={
             "node_id": worker_node_id(config.node_id, index),
@@ -74,5 +86,9 @@ def worker_config(config: BrokerConfig, index: int) -> BrokerConfig:
 
 
 def admin_ports(config: BrokerConfig) -> list[int]:
-    """The HTTP ports of every node process of this config (one per worker)."""
-    return [_offset(config.metrics.port, index) for index in range(worker_count(config))]
+    """The HTTP ports of every node process of this config: the one node's ``metrics.port``,
+    or each worker's (not the supervisor's)."""
+    count = worker_count(config)
+    if count == 1:
+        return [config.metrics.port]
+    return [worker_http_port(config, index) for index in range(count)]

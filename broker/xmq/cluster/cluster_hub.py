@@ -79,7 +79,7 @@ class ClusterHub:
     async def listen(self, host: str, port: int) -> int:
         loop = asyncio.get_running_loop()
         if self.link_tls is not None:
-            self._server = TlsLinkServer(lambda: PeerLink(self), self.link_tls.server)
+            self._server = TlsLinkServer(lambda: PeerLink(self), self.link_tls)
             return await self._server.start(host, port)
         self._server = await loop.create_server(
             lambda: PeerLink(self), host=host, port=port, reuse_address=True

@@ -10,6 +10,11 @@ each socket to ``connect_accepted_socket``) rather than in ``create_server(ssl=.
 failed handshakes asyncio and uvloop drop silently: here a peer whose certificate does not
 verify is refused and logged with its address, and never becomes a link. (uvloop 0.23's
 ``start_tls`` on an accepted server-side transport never completes the handshake.)
+
+``LinkTls.reload`` (SIGHUP, with the listeners' certificates) reads the three files again into
+new contexts and swaps them in: links dialled or accepted afterwards use the new certificate
+and CA, links already up keep their TLS session. Files that do not load are logged with the
+file named and the contexts in use are kept.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from xmq.config import LinkTlsConfig
@@ -37,12 +41,29 @@ class LinkTlsError(ValueError):
     """A link TLS file is missing or unusable (names the config field and the file)."""
 
 
-@dataclass(frozen=True, slots=True)
 class LinkTls:
-    """The TLS contexts of one node: for links it accepts and for links it dials."""
+    """The TLS contexts of one node: for links it accepts and for links it dials.
 
-    server: ssl.SSLContext
-    client: ssl.SSLContext
+    Read ``server`` and ``client`` at each new link: ``reload`` replaces them.
+    """
+
+    __slots__ = ("client", "config", "reloads", "server")
+
+    def __init__(self, config: LinkTlsConfig) -> None:
+        self.config = config
+        self.server, self.client = _contexts(config)
+        self.reloads = 0
+
+    def reload(self) -> bool:
+        """Load the files again; on failure log the file and keep the contexts in use."""
+        try:
+            self.server, self.client = _contexts(self.config)
+        except LinkTlsError as error:
+            log.error("link TLS certificates not reloaded (old ones kept): %s", error)
+            return False
+        self.reloads += 1
+        log.info("link TLS certificates reloaded from %s", self.config.cert_file)
+        return True
 
 
 def _context(server_side: bool, config: LinkTlsConfig) -> ssl.SSLContext:
@@ -55,16 +76,36 @@ def _context(server_side: bool, config: LinkTlsConfig) -> ssl.SSLContext:
     return context
 
 
-def link_tls_contexts(config: LinkTlsConfig) -> LinkTls:
-    """Load the certificate, key and CA; raise ``LinkTlsError`` naming what is wrong."""
+def _check_files(config: LinkTlsConfig) -> None:
+    """Name the file at fault: missing, or not PEM certificates (cert and CA files)."""
     for field in ("cert_file", "key_file", "ca_file"):
         path = getattr(config, field)
         if not path.is_file():
             raise LinkTlsError(f"cluster.link_tls.{field}: file not found: {path}")
+    for field in ("ca_file", "cert_file"):
+        path = getattr(config, field)
+        try:  # parses every certificate of the file, whatever the key
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=path)
+        except (ssl.SSLError, OSError) as error:
+            raise LinkTlsError(
+                f"cluster.link_tls.{field}: cannot load the certificates from {path}: {error}"
+            ) from error
+
+
+def _contexts(config: LinkTlsConfig) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    _check_files(config)
     try:
-        return LinkTls(_context(True, config), _context(False, config))
+        return _context(True, config), _context(False, config)
     except (ssl.SSLError, OSError) as error:
-        raise LinkTlsError(f"cluster.link_tls: cannot load the certificates: {error}") from error
+        raise LinkTlsError(
+            f"cluster.link_tls: cannot load the certificates: {error} "
+            f"(cert_file {config.cert_file}, key_file {config.key_file})"
+        ) from error
+
+
+def link_tls_contexts(config: LinkTlsConfig) -> LinkTls:
+    """Load the certificate, key and CA; raise ``LinkTlsError`` naming what is wrong."""
+    return LinkTls(config)
 
 
 REFUSAL_WARNING_INTERVAL_S = 60.0
@@ -96,9 +137,9 @@ class TlsLinkServer:
     """The node link's accept loop with TLS: each accepted socket does its handshake in
     ``connect_accepted_socket`` (the peer verified against the CA), then becomes a link."""
 
-    def __init__(self, factory: Callable[[], PeerLink], context: ssl.SSLContext) -> None:
+    def __init__(self, factory: Callable[[], PeerLink], tls: LinkTls) -> None:
         self.factory = factory
-        self.context = context
+        self.tls = tls  # its server context is read per handshake (reloads apply to new links)
         self.sock: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
@@ -132,7 +173,7 @@ class TlsLinkServer:
     async def _handshake(self, conn: socket.socket, address: str) -> None:
         try:
             await asyncio.get_running_loop().connect_accepted_socket(
-                self.factory, conn, ssl=self.context, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S
+                self.factory, conn, ssl=self.tls.server, ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S
             )
         except (OSError, TimeoutError, ConnectionError) as error:
             log_refused("from", address, error)

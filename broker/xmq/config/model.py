@@ -320,7 +320,8 @@ class BrokerConfig(BaseSettings):
         description="Node processes sharing the listening ports (SO_REUSEPORT), each a full "
         "cluster member; 0: one per CPU. Above 1 `xmq serve` supervises them and needs the "
         "cluster (a Redis URL). Worker i is node `<pod>-<n+i>` (node_id `<pod>-<n>`), with "
-        "link port cluster.link_port + i and HTTP port metrics.port + i.",
+        "link port cluster.link_port + i and HTTP port metrics.port + 1 + i (metrics.port is "
+        "the supervisor's: probes answered for every worker).",
     )
     use_uvloop: bool = Field(default=True, description="Run on uvloop.")
 

@@ -35,8 +35,9 @@ WEBSOCKET_PORT = 8080
 CLUSTER_LINK_PORT = 7884
 """Base port of the node-to-node links; worker ``w`` listens on ``CLUSTER_LINK_PORT + w``."""
 HEALTH_PORT = 9090
-"""HTTP port serving ``/healthz``, ``/readyz`` and ``/metrics`` (worker 0; worker ``w`` serves
-them on ``HEALTH_PORT + w``). The pod's probes use worker 0's."""
+"""HTTP port of the pod's probes, ``/healthz`` and ``/readyz`` (and ``/metrics``): the node's
+own with one process; with several workers the supervisor's, answering for every worker, and
+worker ``w`` serves its own on ``HEALTH_PORT + 1 + w``."""
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
 METRICS_PATH = "/metrics"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import signal
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.cluster_nodes import wait_for
-from tests.support.http_probe import metric
+from tests.support.http_probe import http, metric
 from tests.support.paho_client import PahoClient
 from tests.support.redis_server import RedisServer
 from tests.support.worker_supervisor import WorkerLine, WorkerSupervisor, process_alive
@@ -180,3 +182,63 @@ def test_workers_without_redis_are_a_config_error() -> None:
     assert result.returncode == 2
     assert "workers: Value error, workers=2 needs the cluster" in result.stderr
     assert "cluster.redis_url" in result.stderr
+
+
+def _probe(supervisor: WorkerSupervisor, path: str) -> tuple[int, str]:
+    return http(supervisor.health_port, path)
+
+
+def test_the_pod_probes_answer_for_every_worker(redis_server: RedisServer) -> None:
+    """The supervisor's port (the pod's probes) asks each worker: a stopped worker fails both
+    probes by name; a killed one keeps the pod live (being restarted) but not ready."""
+    cluster = "workers-probes"
+    yaml = _yaml(redis_server.url, cluster).replace("lease_ttl_s: 2", "lease_ttl_s: 10")
+    supervisor = WorkerSupervisor(yaml)
+    try:
+        running = supervisor.wait_started(2)
+        assert supervisor.health_port not in {w.metrics_port for w in running.values()}
+        wait_for(lambda: _probe(supervisor, "/readyz")[0] == 200, 20, "pod ready")
+        ready = json.loads(_probe(supervisor, "/readyz")[1])
+        assert ready["checks"] == {"supervisor": "ok", "worker 0": "ok", "worker 1": "ok"}
+        status, body = _probe(supervisor, "/healthz")
+        assert status == 200 and body.startswith("ok workers=2"), body
+        assert 'xmq_worker_up{worker="1"} 1.0' in _probe(supervisor, "/metrics")[1]
+
+        stopped = running[1].pid
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            status, body = _probe(supervisor, "/readyz")
+            assert status == 503, body
+            checks = json.loads(body)["checks"]
+            assert checks["worker 0"] == "ok"
+            assert checks["worker 1"] == f"pid {stopped}: /readyz: no answer within 1.5s"
+            status, body = _probe(supervisor, "/healthz")
+            assert status == 503
+            assert body == f"worker 1 (pid {stopped}): /healthz: no answer within 1.5s\n"
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        wait_for(lambda: _probe(supervisor, "/readyz")[0] == 200, 20, "ready again")
+
+        seen = len(supervisor.started)
+        os.kill(stopped, signal.SIGKILL)
+        not_ready: list[str] = []
+        deadline = time.monotonic() + 30
+        while len(supervisor.started) == seen or _probe(supervisor, "/readyz")[0] != 200:
+            assert time.monotonic() < deadline, supervisor.log()[-3000:]
+            status, body = _probe(supervisor, "/healthz")
+            assert status == 200, body  # restarting within its backoff: alive
+            status, body = _probe(supervisor, "/readyz")
+            if status == 503:
+                not_ready.append(json.loads(body)["checks"]["worker 1"])
+        assert not_ready, "the restart was never seen as not ready"
+        assert all(reason != "ok" for reason in not_ready)
+        assert supervisor.current()[1].pid != stopped
+        assert 'xmq_worker_restarts_total{worker="1"} 1.0' in _probe(supervisor, "/metrics")[1]
+
+        status, body = http(supervisor.health_port, "/admin/drain", method="POST")
+        assert status == 202, body  # sent on to every worker
+        assert "worker 0: draining:" in body and "worker 1: draining:" in body
+        checks = json.loads(_probe(supervisor, "/readyz")[1])["checks"]
+        assert checks["worker 0"].endswith("; draining: draining"), checks
+    finally:
+        supervisor.stop()

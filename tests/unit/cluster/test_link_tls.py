@@ -114,3 +114,24 @@ def test_a_refused_peer_is_warned_about_once_a_minute(caplog: pytest.LogCaptureF
     assert "10.9.8.6:40003" in warnings[1]
     assert "10.9.8.7:40004" in warnings[2]
     assert any(r.levelno == logging.DEBUG and "40002" in r.getMessage() for r in caplog.records)
+
+
+def test_reload_swaps_the_contexts_or_keeps_them_naming_the_bad_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    ca = TestCertificateAuthority(tmp_path)
+    pair = ca.issue("node", "node", node=True)
+    tls = link_tls_contexts(
+        LinkTlsConfig(cert_file=pair.cert_file, key_file=pair.key_file, ca_file=ca.ca_file)
+    )
+    first = (tls.server, tls.client)
+    ca.issue("node", "node", node=True, at=tmp_path)
+    assert tls.reload()
+    assert tls.server is not first[0] and tls.client is not first[1]
+    kept = (tls.server, tls.client)
+    pair.key_file.write_text("not a key")
+    with caplog.at_level(logging.ERROR, logger="xmq.cluster"):
+        assert not tls.reload()
+    assert (tls.server, tls.client) == kept
+    assert str(pair.key_file) in caplog.text and "old ones kept" in caplog.text
+    assert tls.reloads == 1

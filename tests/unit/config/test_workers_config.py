@@ -8,7 +8,12 @@ import pytest
 from pydantic import ValidationError
 
 from xmq.app.cli import _admin_urls, main
-from xmq.app.worker_plan import admin_ports, worker_config, worker_count
+from xmq.app.worker_plan import (
+    WORKER_HTTP_PORT_ENV,
+    admin_ports,
+    worker_config,
+    worker_count,
+)
 from xmq.config import load_config
 from xmq.config.reference_doc import describe_errors
 from xmq.contract.pod import REDIS_URL_ENV
@@ -47,7 +52,10 @@ def test_one_per_cpu_needs_redis_too_and_redis_from_the_environment_counts(
     assert load_config().workers == 3
 
 
-def test_each_worker_has_its_node_id_link_port_and_http_port() -> None:
+def test_each_worker_has_its_node_id_link_port_and_http_port(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """metrics.port is the supervisor's (the pod's probes): worker i serves port + 1 + i."""
     config = load_config(
         node_id="pod-a-0",
         workers=3,
@@ -58,7 +66,7 @@ def test_each_worker_has_its_node_id_link_port_and_http_port() -> None:
     assert (second.node_id, second.cluster.link_port, second.metrics.port) == (
         "pod-a-2",
         7886,
-        9092,
+        9093,
     )
     assert worker_config(config, 0).node_id == "pod-a-0"
     assert worker_config(load_config(node_id="n-4", workers=1), 1).node_id == "n-5"
@@ -67,10 +75,13 @@ def test_each_worker_has_its_node_id_link_port_and_http_port() -> None:
     )
     assert worker_config(ephemeral, 1).cluster.link_port == 0
     assert worker_config(ephemeral, 1).metrics.port == 0
-    assert admin_ports(config) == [9090, 9091, 9092]
+    monkeypatch.setenv(WORKER_HTTP_PORT_ENV, "40123")  # the free port its supervisor chose
+    assert worker_config(ephemeral, 1).metrics.port == 40123
+    assert admin_ports(config) == [9091, 9092, 9093]
+    assert admin_ports(load_config(metrics={"port": 9090})) == [9090]  # one process: its own
 
 
 def test_drain_reaches_every_worker(tmp_path: Path) -> None:
     path = tmp_path / "xmq.yaml"
     path.write_text("workers: 2\ncluster: {redis_url: 'redis://r'}\nmetrics: {port: 19300}\n")
-    assert _admin_urls(str(path)) == ["http://127.0.0.1:19300", "http://127.0.0.1:19301"]
+    assert _admin_urls(str(path)) == ["http://127.0.0.1:19301", "http://127.0.0.1:19302"]

@@ -239,9 +239,12 @@ def test_workers_per_pod_and_their_ports(spec: dict[str, Any], workers: int) -> 
     expected = {"mqtt": 1884, "cluster": 7884, "health": pod_contract.HEALTH_PORT}
     for worker in range(1, workers):
         expected[f"cluster-{worker}"] = 7884 + worker
-        expected[f"health-{worker}"] = pod_contract.HEALTH_PORT + worker
+    for worker in range(workers if workers > 1 else 0):  # "health" is the supervisor's
+        expected[f"health-{worker}"] = pod_contract.HEALTH_PORT + 1 + worker
     assert ports == expected
     assert all(len(name) <= 15 for name in ports)
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):  # every worker's state
+        assert container[probe]["httpGet"]["port"] == "health"
 
 
 def test_workers_in_the_broker_config_are_refused_for_spec_workers() -> None:
