@@ -37,20 +37,37 @@ def _payloads(client: PahoClient, quiet_s: float, timeout: float) -> set[bytes]:
     return seen
 
 
+def _persistent_subscriber_on_2_publisher_on_1(
+    nodes: ClusterNodes, uid: str, topic: str
+) -> tuple[PahoClient, RawClient]:
+    nodes.start_many(2)
+    subscriber = PahoClient(nodes.port(2), f"{uid}-persistent")
+    subscriber.connect(clean_start=True, properties=EXPIRY)
+    subscriber.subscribe(topic, 1)
+    routed(nodes.port(2), nodes.port(1), topic, subscriber)
+    publisher = RawClient(nodes.port(1))
+    publisher.connect(f"{uid}-pub")
+    return subscriber, publisher
+
+
+def _resumed_on_1(nodes: ClusterNodes, uid: str) -> set[bytes]:
+    """Node-2's persistent session, claimed on node-1: what it gets within a quiet second."""
+    again = PahoClient(nodes.port(1), f"{uid}-persistent")
+    result = again.connect(clean_start=False, properties=EXPIRY, timeout=15)
+    assert result.reason == 0
+    assert result.session_present
+    got = _payloads(again, quiet_s=1.0, timeout=10)
+    again.disconnect()
+    return got
+
+
 def test_the_puback_waits_for_the_subscriber_node_then_for_the_append_after_its_kill(
     redis_server: RedisServer, uid: str
 ) -> None:
     nodes = ClusterNodes(redis_server, f"held-{uid}")
     try:
-        nodes.start_many(2)
         topic = f"{uid}/held"
-        client_id = f"{uid}-persistent"
-        subscriber = PahoClient(nodes.port(2), client_id)
-        subscriber.connect(clean_start=True, properties=EXPIRY)
-        subscriber.subscribe(topic, 1)
-        routed(nodes.port(2), nodes.port(1), topic, subscriber)
-        publisher = RawClient(nodes.port(1))
-        publisher.connect(f"{uid}-pub")
+        subscriber, publisher = _persistent_subscriber_on_2_publisher_on_1(nodes, uid, topic)
         publisher.send_packet(Publish(topic, b"before", qos=1, packet_id=1))
         assert publisher.read_packet() == Puback(1)  # node-2 answers: acknowledged
         assert subscriber.expect(1)[0].payload == b"before"
@@ -65,13 +82,7 @@ def test_the_puback_waits_for_the_subscriber_node_then_for_the_append_after_its_
         nodes.kill(2)  # node-1 appends what node-2 never confirmed to the session's queue
         assert publisher.read_packet(timeout=10) == Puback(2)
         subscriber.close()
-
-        again = PahoClient(nodes.port(1), client_id)  # claims the dead node's session
-        result = again.connect(clean_start=False, properties=EXPIRY, timeout=15)
-        assert result.reason == 0
-        assert result.session_present
-        assert b"held" in _payloads(again, quiet_s=1.0, timeout=10)
-        again.disconnect()
+        assert b"held" in _resumed_on_1(nodes, uid)  # claims the dead node's session
         publisher.close()
     finally:
         if 2 in nodes.nodes:
@@ -142,16 +153,8 @@ def test_a_paused_subscriber_node_loses_its_link_with_its_lease_and_the_puback_g
 ) -> None:
     nodes = ClusterNodes(redis_server, f"paused-{uid}")
     try:
-        nodes.start_many(2)
         topic = f"{uid}/paused"
-        client_id = f"{uid}-persistent"
-        subscriber = PahoClient(nodes.port(2), client_id)
-        subscriber.connect(clean_start=True, properties=EXPIRY)
-        subscriber.subscribe(topic, 1)
-        routed(nodes.port(2), nodes.port(1), topic, subscriber)
-        publisher = RawClient(nodes.port(1))
-        publisher.connect(f"{uid}-pub")
-
+        subscriber, publisher = _persistent_subscriber_on_2_publisher_on_1(nodes, uid, topic)
         os.kill(nodes.nodes[2].proc.pid, signal.SIGSTOP)  # alive for TCP, silent otherwise
         paused_at = time.monotonic()
         publisher.send_packet(Publish(topic, b"held", qos=1, packet_id=1))
@@ -161,12 +164,7 @@ def test_a_paused_subscriber_node_loses_its_link_with_its_lease_and_the_puback_g
         assert time.monotonic() - paused_at >= nodes.lease_ttl_s * 0.9
         subscriber.close()
         nodes.kill(2)
-
-        again = PahoClient(nodes.port(1), client_id)
-        result = again.connect(clean_start=False, properties=EXPIRY, timeout=15)
-        assert result.session_present
-        assert b"held" in _payloads(again, quiet_s=1.0, timeout=10)
-        again.disconnect()
+        assert b"held" in _resumed_on_1(nodes, uid)
         publisher.close()
     finally:
         if 2 in nodes.nodes:
