@@ -19,6 +19,7 @@ from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_tls import link_tls_contexts
 from xmq.cluster.membership import Membership
 from xmq.cluster.orphan_loader import PendingOrphans, load_orphans
+from xmq.cluster.peer_link import PeerLink
 from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
 from xmq.contract.pod import POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
@@ -88,7 +89,8 @@ class ClusterRuntime:
         self.membership: Membership | None = None
         self.pending_orphans: dict[tuple[str, int], PendingOrphans] = {}
         self._peers_task: asyncio.Task[None] | None = None
-        self._lease_missing_since: dict[str, int] = {}  # linked node -> membership.refreshes
+        # linked node -> (its link, membership.refreshes when that link's lease was first missing)
+        self._lease_missing_since: dict[str, tuple[PeerLink, int]] = {}
         self.address = ""
 
     async def start(self) -> str:
@@ -182,8 +184,8 @@ class ClusterRuntime:
         but not from its clients' view) loses its lease after ``lease_ttl_s``; dropping its
         link then makes its unconfirmed messages orphans here, appended to its persistent
         sessions in Redis, and releases the publishers' held acks that waited on it. The lease
-        must be missing from a refresh made after the link was seen up (a peer's lease exists
-        before it links, so a snapshot older than the link proves nothing).
+        must be missing from a membership read begun after the link was seen up without it (a
+        peer's lease exists before it links, so an older read proves nothing).
         """
         peers = membership.peers
         missing = self._lease_missing_since
@@ -194,10 +196,12 @@ class ClusterRuntime:
                 if lease.epoch > link.peer_epoch:
                     link.close()  # a newer run of that node exists: this link is stale
                 continue
-            first = missing.setdefault(node, membership.refreshes)
-            if membership.refreshes > first:
+            seen = missing.get(node)
+            if seen is None or seen[0] is not link:  # first seen missing, on this very link
+                missing[node] = (link, membership.refreshes)
+            elif membership.refreshes > seen[1] + 1:  # a read begun after we saw it lacks it too
                 log.warning("node %s has no lease any more: closing its link", node)
-                missing.pop(node, None)
+                del missing[node]
                 link.close()
         for node in list(missing):
             if node not in self.hub.links:
