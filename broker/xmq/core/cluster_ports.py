@@ -118,15 +118,21 @@ class DurableStore(Protocol):
     DIRECT): the message's cluster-wide id, which a non-shared record takes as its record id,
     with a ``session:seen`` marker written in the same pipeline (``''`` otherwise)."""
 
+    ids_first: bool
+    """True (``max_queued_writes`` 0) when a QoS 2 record's PUBLISH and PUBREL wait until the
+    store has answered the write of its packet id / PUBREC state (``core.owed_writes``)."""
+
     def record(self, session: Session, delivery: Delivery, now: float) -> bool:
         """Record a QoS 1/2 delivery, then hand it to ``session.deliver_recorded``."""
         ...
 
     def sent(self, session: Session, delivery: Delivery) -> None:
-        """A recorded delivery went out under ``delivery.packet_id``."""
+        """A recorded delivery is in flight under ``delivery.packet_id``; when its PUBLISH
+        waits for that (``delivery.owed``), ``session.state_recorded`` once it is written."""
 
     def released(self, session: Session, delivery: Delivery) -> None:
-        """PUBREC received for a recorded QoS 2 delivery."""
+        """PUBREC received for a recorded QoS 2 delivery (``session.state_recorded`` the same
+        way when its PUBREL waits)."""
 
     def acknowledged(self, session: Session, delivery: Delivery) -> None:
         """The delivery is complete: its record is deleted."""

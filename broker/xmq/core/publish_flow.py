@@ -196,9 +196,7 @@ def on_pubrec(conn: ClientConnection, packet: Pubrec) -> None:
         return
     if packet.reason_code >= 0x80:
         session.acknowledge(packet.packet_id, conn.broker.now())
-    elif session.received(packet.packet_id):
-        conn.link.write(_PUBREL + packet.packet_id.to_bytes(2, "big"))
-    else:
+    elif not session.received(packet.packet_id, conn.broker.now()):  # it writes the PUBREL
         _ack(conn, _PUBREL, packet.packet_id, _NOT_FOUND)
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
 from xmq.core.message import Message
+from xmq.core.owed_writes import NOT_OWED, PUBREL_HEAD, READY, WAITING, owe, write_due
 from xmq.protocol.packet_ids import PacketIdAllocator
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
     from xmq.core.stats import BrokerStats
 
-_PUBREL_HEAD = b"\x62\x02"
 _NO_IDS: tuple[int, ...] = ()
 
 
@@ -98,6 +98,7 @@ class Delivery:
     __slots__ = (
         "message",
         "on_done",
+        "owed",
         "packet_id",
         "qos",
         "record",
@@ -124,6 +125,7 @@ class Delivery:
         self.share = share
         self.record: bytes | None = None  # durable record (persistent sessions in a cluster)
         self.on_done: Callable[[], None] | None = None  # told when acknowledged (cluster)
+        self.owed = NOT_OWED  # WAITING / READY: a write in ``Session.owed`` (owed_writes)
 
 
 class QueueLimits:
@@ -151,6 +153,7 @@ class Session:
         "inbound_qos2",
         "inflight",
         "limits",
+        "owed",
         "packet_ids",
         "queue",
         "queued_bytes",
@@ -179,6 +182,7 @@ class Session:
         self.limits = limits
         self.stats = stats
         self.store: DurableStore | None = None  # set for persistent sessions in a cluster
+        self.owed: deque[Delivery] | None = None  # writes waiting for the store (owed_writes)
 
     # -- outbound ---------------------------------------------------------------------------
 
@@ -267,6 +271,12 @@ class Session:
 
     def _send_new(self, conn: ClientConnection, delivery: Delivery, now: float) -> bool:
         packet_id = self.packet_ids.allocate(self.inflight)
+        store = self.store
+        if store is not None and (self.owed is not None or store.ids_first and delivery.qos == 2):
+            delivery.packet_id = packet_id  # in flight now, written in its turn (owed_writes)
+            self.inflight[packet_id] = delivery
+            owe(self, delivery, now, release=False)
+            return True
         if not conn.send_publish(
             delivery.message,
             delivery.qos,
@@ -278,8 +288,8 @@ class Session:
             return False  # too large for this client: skipped as the spec says
         delivery.packet_id = packet_id
         self.inflight[packet_id] = delivery
-        if self.store is not None:
-            self.store.sent(self, delivery)
+        if store is not None:
+            store.sent(self, delivery)
         return True
 
     def pump(self, now: float) -> None:
@@ -314,21 +324,36 @@ class Session:
                 self.pump(now)
         return delivery
 
-    def received(self, packet_id: int) -> bool:
-        """PUBREC received for a QoS 2 delivery: mark it released (PUBREL goes out)."""
+    def received(self, packet_id: int, now: float) -> bool:
+        """PUBREC received: the delivery is released, its PUBREL written (False: unknown id)."""
         delivery = self.inflight.get(packet_id)
-        if delivery is None or delivery.qos != 2:
-            return False
+        if delivery is None or delivery.qos != 2 or delivery.owed:
+            return delivery is not None and delivery.released  # its PUBREL is on its way
         delivery.released = True
-        if self.store is not None:
-            self.store.released(self, delivery)
+        store = self.store
+        if store is not None and (self.owed is not None or store.ids_first):
+            owe(self, delivery, now, release=True)
+            return True
+        if store is not None:
+            store.released(self, delivery)
+        if self.connection is not None:
+            self.connection.link.write(PUBREL_HEAD + packet_id.to_bytes(2, "big"))
         return True
+
+    def state_recorded(self, delivery: Delivery, now: float) -> None:
+        """The store answered the write of an owed delivery's packet id or PUBREC state."""
+        if delivery.owed == WAITING:
+            delivery.owed = READY
+            if write_due(self, now):
+                self.pump(now)
 
     def resend_inflight(self, conn: ClientConnection, now: float) -> None:
         """After a resumed session reconnects: re-send in-flight messages with DUP set."""
         for packet_id, delivery in list(self.inflight.items()):
+            if delivery.owed:
+                continue  # never written: it goes in its turn (write_due)
             if delivery.released:
-                conn.link.write(_PUBREL_HEAD + packet_id.to_bytes(2, "big"))
+                conn.link.write(PUBREL_HEAD + packet_id.to_bytes(2, "big"))
             elif delivery.message.expired(now):
                 del self.inflight[packet_id]
                 self.stats.messages_expired += 1
@@ -342,6 +367,7 @@ class Session:
                     now,
                     dup=True,
                 )
+        write_due(self, now)
         self.pump(now)
 
     def take_shared(self) -> list[Delivery]:
@@ -371,3 +397,4 @@ class Session:
         self.queued_bytes = 0
         self.queue.clear()
         self.inflight.clear()
+        self.owed = None

@@ -7,7 +7,9 @@ once PUBREC came), so a resuming node re-sends PUBLISH or PUBREL with the same p
 
 ``max_queued_writes`` = 0: a delivery waits for its record (group-committed by the batcher:
 one pipeline per loop tick), and so does the publisher's acknowledgement: records queued while
-``hold`` is set (by the core, while it routes a QoS 1/2 PUBLISH) hold it until written.
+``hold`` is set (by the core, while it routes a QoS 1/2 PUBLISH) hold it until written. A QoS 2
+PUBLISH (PUBREL) also waits for its ``session:inflight`` state (``ids_first``; the core's
+``owed_writes``): a node resuming the session after a kill -9 re-sends what the client saw.
 N > 0: up to N deliveries go out before their records are written; beyond that the publishing
 client's socket is paused until the backlog halves (acknowledgements are not held).
 
@@ -71,6 +73,7 @@ class RedisSessionStore:
         self.sessions = sessions
         self.clock = clock
         self.max_queued_writes = max_queued_writes
+        self.ids_first = max_queued_writes == 0  # see DurableStore.ids_first
         self.limit = max_queued_writes or _WAITING_LIMIT
         self.unwritten = 0
         self.records = 0
@@ -177,25 +180,28 @@ class RedisSessionStore:
 
     def sent(self, session: Session, delivery: Delivery) -> None:
         raw = delivery.record
-        if raw is None or delivery.qos != 2:
-            return
-        self.batcher.command(
-            "HSET",
-            self.keys.session_inflight(session.client_id),
-            record_id_of(raw),
-            str(delivery.packet_id),
-        )
+        if raw is not None and delivery.qos == 2:
+            self._inflight_state(session, delivery, raw, str(delivery.packet_id))
 
     def released(self, session: Session, delivery: Delivery) -> None:
         raw = delivery.record
-        if raw is None:
+        if raw is not None:
+            self._inflight_state(session, delivery, raw, f"{delivery.packet_id}:r")
+
+    def _inflight_state(self, session: Session, delivery: Delivery, raw: bytes, state: str) -> None:
+        """``HSET session:inflight``; a PUBLISH / PUBREL waiting for it (``delivery.owed``,
+        ``ids_first``) goes out once Redis has answered (``core.owed_writes``)."""
+        key = self.keys.session_inflight(session.client_id)
+        record_id = record_id_of(raw)
+        if not delivery.owed:
+            self.batcher.command("HSET", key, record_id, state)
             return
-        self.batcher.command(
-            "HSET",
-            self.keys.session_inflight(session.client_id),
-            record_id_of(raw),
-            f"{delivery.packet_id}:r",
-        )
+        clock = self.clock
+
+        def stored(reply: Any) -> None:
+            session.state_recorded(delivery, clock())
+
+        self.batcher.command("HSET", key, record_id, state, callback=stored)
 
     def acknowledged(self, session: Session, delivery: Delivery) -> None:
         raw = delivery.record
