@@ -54,3 +54,6 @@ class AppendRecorder:
 
     async def flush(self) -> None:
         return None
+
+    def written(self) -> bool:
+        return True

@@ -15,7 +15,8 @@ from xmq.cluster import link_frames as frames
 from xmq.cluster.direct_hold import POLL_S
 from xmq.cluster.link_frames import BodyReader, Kind
 from xmq.cluster.route_table import DurableSub
-from xmq.contract.message_record import decode_record
+from xmq.codec.writer import encode_varint
+from xmq.contract.message_record import decode_fields
 from xmq.core.message import Message, forward_id_of
 
 if TYPE_CHECKING:
@@ -26,20 +27,39 @@ Decoded = tuple[Message, int, bool, tuple[int, ...]]
 """message, delivery QoS, delivery retain flag, subscription identifiers"""
 
 
+_MQTT_5 = 5
+
+
 def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
-    record = decode_record(record_bytes)
-    message = Message(
-        record.topic,
-        record.payload,
-        record.qos,
-        record.retain,
-        record.properties,
-        record.origin,
-        hub.broker.now(),
+    """The message of a record from a peer. Without properties, the record already holds an
+    MQTT 5 PUBLISH of it (topic field, then a zero property length and the payload): the
+    message is seeded with that wire variant, as a client's plain PUBLISH seeds its own, so
+    MQTT 5 subscribers at the message's QoS get those bytes without an encoding."""
+    record_id, topic, payload, qos, flags, origin, props, ids, topic_at, props_at = decode_fields(
+        record_bytes
     )
-    if record.record_id:
-        message.forward_id = record.record_id  # the sender's id for it (empty: an old sender)
-    return message, record.delivery_qos, record.delivery_retain, record.subscription_ids
+    if props is None:
+        wire = None
+        if not ids and qos <= 2:  # ids sit between the topic and the properties
+            tail = record_bytes[props_at:]
+            topic_field = record_bytes[topic_at : props_at - 1]
+            remaining = len(topic_field) + len(tail) + (2 if qos else 0)
+            first = 0x30 | qos << 1
+            if remaining < 0x80:
+                head = bytes((first, remaining)) + topic_field
+            else:
+                head = bytes((first,)) + encode_varint(remaining) + topic_field
+            wire = (head, tail)
+        message = Message(
+            topic, payload, qos, bool(flags & 8), None, origin or None, 0.0, wire, _MQTT_5
+        )
+    else:
+        message = Message(
+            topic, payload, qos, bool(flags & 8), props, origin or None, hub.broker.now()
+        )
+    if record_id:
+        message.forward_id = record_id  # the sender's id for it (empty: an old sender)
+    return message, flags & 3, bool(flags & 4), ids
 
 
 def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> None:
@@ -114,15 +134,45 @@ def _count_in(hub: ClusterHub, link: PeerLink) -> None:
     link.published_in += 1
     if not link.ack_pending:
         link.ack_pending = True
-        hub.spawn(confirm_publishes(hub, link))
+        link.ack_due = True
+        if not link.reading:  # else the link confirms at the end of the read
+            asyncio.get_running_loop().call_soon(confirm, hub, link)
 
 
-async def confirm_publishes(hub: ClusterHub, link: PeerLink) -> None:
-    """Tell the sender how many PUBLISH / DIRECT frames are in our records (one ack per
-    flush). DIRECT messages held for a claim in progress here are recorded only once the
-    session is attached: the confirmation waits for the hold to empty (bounded by it)."""
-    await asyncio.sleep(0)  # let this tick's frames be handled first
+def confirm(hub: ClusterHub, link: PeerLink) -> None:
+    """Tell the sender how many PUBLISH / DIRECT (/ SHARED) frames are in our records (one
+    ack per flush), once the frames of one read (or of one loop tick) are handled.
+
+    DIRECT messages held for a claim in progress here are recorded only once the session is
+    attached: the confirmation then waits for the hold to empty (``confirm_publishes``, a
+    task). Then the store's writes: with none pending (the common case of clean
+    subscribers) the ack is sent now, without a task; else a task waits for them."""
+    if not link.ack_due:
+        return  # started already
+    link.ack_due = False
     count = link.published_in
+    if link.closed:  # nothing goes out on it any more
+        link.ack_pending = False
+        return
+    store = hub.store
+    if len(hub.direct) or (store is not None and not store.written()):
+        hub.spawn(confirm_publishes(hub, link, count))
+        return
+    _ack(hub, link, count)
+
+
+def _ack(hub: ClusterHub, link: PeerLink, count: int) -> None:
+    link.ack_pending = False
+    link.send(frames.publish_ack(count))
+    if link.published_in != count and not link.ack_pending:
+        link.ack_pending = True
+        link.ack_due = True
+        asyncio.get_running_loop().call_soon(confirm, hub, link)
+
+
+async def confirm_publishes(hub: ClusterHub, link: PeerLink, count: int) -> None:
+    """The confirmation of the first ``count`` frames, once no DIRECT message is held here
+    (bounded by the hold's limit) and the store has written what they caused."""
     direct = hub.direct
     for _ in range(int((direct.max_hold_s + 1.0) / POLL_S)):  # bounded by the hold's limit
         if not len(direct):
@@ -130,8 +180,4 @@ async def confirm_publishes(hub: ClusterHub, link: PeerLink) -> None:
         await asyncio.sleep(POLL_S)
     if hub.store is not None:
         await hub.store.flush()
-    link.ack_pending = False
-    link.send(frames.publish_ack(count))
-    if link.published_in != count and not link.ack_pending:
-        link.ack_pending = True
-        hub.spawn(confirm_publishes(hub, link))
+    _ack(hub, link, count)

@@ -42,9 +42,12 @@ def _str(value: str) -> bytes:
     return _U16.pack(len(data)) + data
 
 
+_FRAME_HEAD = struct.Struct(">IB")
+
+
 def frame(kind: Kind, *parts: bytes) -> bytes:
-    body = b"".join(parts)
-    return _LEN.pack(len(body) + 1) + bytes((kind,)) + body
+    body = parts[0] if len(parts) == 1 else b"".join(parts)
+    return _FRAME_HEAD.pack(len(body) + 1, kind) + body
 
 
 FEATURE_SHARED_COUNTED = 1
@@ -171,6 +174,8 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         buffer = self._buffer
+        if not buffer and type(data) is bytes:
+            return self._feed_whole(data)
         buffer += data
         frames: list[tuple[int, bytes]] = []
         pos = 0
@@ -185,4 +190,23 @@ class FrameDecoder:
             pos += 4 + size
         if pos:
             del buffer[:pos]
+        return frames
+
+    def _feed_whole(self, data: bytes) -> list[tuple[int, bytes]]:
+        """``feed`` with nothing buffered (the common read: whole frames): the frames are cut
+        from ``data`` itself; only an incomplete frame at its end is buffered."""
+        frames: list[tuple[int, bytes]] = []
+        pos = 0
+        end = len(data)
+        while end - pos >= 5:
+            (size,) = _LEN.unpack_from(data, pos)
+            if size < 1 or size > MAX_FRAME:
+                raise FrameError(f"bad frame length {size}")
+            stop = pos + 4 + size
+            if stop > end:
+                break
+            frames.append((data[pos + 4], data[pos + 5 : stop]))
+            pos = stop
+        if pos < end:
+            self._buffer += data[pos:]
         return frames

@@ -9,6 +9,7 @@ import socket
 from collections import deque
 from typing import TYPE_CHECKING, Any, cast
 
+from xmq.cluster import link_dispatch
 from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello, shared_ack
 
 if TYPE_CHECKING:
@@ -34,11 +35,13 @@ class PeerLink(asyncio.Protocol):
         "_ack_scheduled",
         "_decoder",
         "_out",
+        "_reading",
         "_scheduled",
         "closed",
         "hub",
         "peer_epoch",
         "peer_node",
+        "ack_due",
         "ack_pending",
         "published_in",
         "published_out",
@@ -70,7 +73,9 @@ class PeerLink(asyncio.Protocol):
         self.published_out = 0
         self.unconfirmed: deque[Unconfirmed] = deque()
         self.published_in = 0
-        self.ack_pending = False
+        self.ack_pending = False  # a PUBLISH_ACK is owed: its confirmation is due or running
+        self.ack_due = False  # ... and has not started yet
+        self._reading = False
         self._ack_scheduled = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -83,6 +88,7 @@ class PeerLink(asyncio.Protocol):
         self.send(hello(identity.node_id, identity.epoch))
 
     def data_received(self, data: bytes) -> None:
+        self._reading = True  # the confirmation of this read's frames starts once it is done
         try:
             frames = self._decoder.feed(data)
             for kind, body in frames:
@@ -97,6 +103,15 @@ class PeerLink(asyncio.Protocol):
         except (FrameError, UnicodeDecodeError, ValueError) as error:
             log.warning("link %s: %s", self.peer_node or "?", error)
             self.close()
+        finally:
+            self._reading = False
+        if self.ack_due:
+            link_dispatch.confirm(self.hub, self)
+
+    @property
+    def reading(self) -> bool:
+        """Frames of one read are being handled (their confirmation follows the read)."""
+        return self._reading
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

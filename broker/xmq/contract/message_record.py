@@ -95,38 +95,58 @@ def encode_record(
     )
 
 
-def decode_record(data: bytes | memoryview) -> MessageRecord:
-    """Decode a record; raises :class:`RecordError` when the bytes are not one."""
-    buf = bytes(data)
+RecordFields = tuple[str, str, bytes, int, int, str, Properties | None, tuple[int, ...], int, int]
+"""A record's fields as :func:`decode_fields` returns them: record id, topic, payload, message
+QoS, flags byte, origin (``''`` for none), properties, subscription ids, and two offsets into
+the record: of its ``u16 topic length`` and of its properties field (``payload`` follows the
+properties). An MQTT 5 PUBLISH of the message without properties is the topic field as it
+stands and ``record[properties offset:]`` (a zero byte, then the payload) behind a fixed
+header."""
+
+
+def decode_fields(buf: bytes) -> RecordFields:
+    """Decode a record into plain fields, without building a :class:`MessageRecord` (the link
+    path); raises :class:`RecordError` when the bytes are not one."""
     end = len(buf)
     try:
         fmt, flags, qos, rid_len = _HEAD.unpack_from(buf, 0)
         if fmt != RECORD_FORMAT:
             raise RecordError(f"unknown record format {fmt}")
-        pos = 4
-        record_id = bytes(buf[pos : pos + rid_len]).decode()
-        pos += rid_len
-        (org_len,) = _U16.unpack_from(buf, pos)
-        pos += 2
-        origin = bytes(buf[pos : pos + org_len]).decode()
-        pos += org_len
-        (top_len,) = _U16.unpack_from(buf, pos)
-        pos += 2
-        topic = bytes(buf[pos : pos + top_len]).decode()
-        pos += top_len
+        pos = 4 + rid_len
+        record_id = buf[4:pos].decode()
+        org_len = (buf[pos] << 8) | buf[pos + 1]
+        start = pos + 2
+        pos = start + org_len
+        origin = buf[start:pos].decode()
+        topic_at = pos
+        start = pos + 2
+        pos = start + ((buf[pos] << 8) | buf[pos + 1])
+        if pos > end:
+            raise RecordError("record runs past its end")
+        topic = buf[start:pos].decode()
         count = buf[pos]
         pos += 1
-        ids = tuple(_U32.unpack_from(buf, pos + 4 * n)[0] for n in range(count))
-        pos += 4 * count
+        if count:
+            ids = tuple(_U32.unpack_from(buf, pos + 4 * n)[0] for n in range(count))
+            pos += 4 * count
+        else:
+            ids = ()
+        props_at = pos
         props, pos = decode_properties(buf, pos, end, _PUBLISH)
     except (struct.error, IndexError, UnicodeDecodeError, ProtocolError) as error:
         raise RecordError(f"truncated or malformed record: {error}") from error
     if pos > end:
         raise RecordError("record runs past its end")
+    return (record_id, topic, buf[pos:], qos, flags, origin, props, ids, topic_at, props_at)
+
+
+def decode_record(data: bytes | memoryview) -> MessageRecord:
+    """Decode a record; raises :class:`RecordError` when the bytes are not one."""
+    record_id, topic, payload, qos, flags, origin, props, ids, _, _ = decode_fields(bytes(data))
     return MessageRecord(
         record_id,
         topic,
-        bytes(buf[pos:]),
+        payload,
         qos,
         bool(flags & 8),
         flags & 3,

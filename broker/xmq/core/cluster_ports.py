@@ -149,6 +149,9 @@ class DurableStore(Protocol):
     async def flush(self) -> None:
         """Wait until every record queued so far is written."""
 
+    def written(self) -> bool:
+        """True when every write queued so far is answered (``flush`` has nothing to wait for)."""
+
     def append_if_owner(
         self,
         client_id: str,

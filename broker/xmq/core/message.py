@@ -79,7 +79,7 @@ class Message:
         self.properties = properties
         self.expires_at = expires_at
         self._variants: dict[object, EncodedPublish] = (
-            {} if wire is None else {wire_version << 2 | qos << 1: wire}
+            {} if wire is None else {wire_version << 3 | qos << 1: wire}
         )
 
     def expired(self, now: float) -> bool:
@@ -98,9 +98,9 @@ class Message:
         """Return ``(head, tail)`` of this message for one wire variant (cached)."""
         remaining = 0
         if self.expires_at is None and not subscription_ids and not alias and send_topic:
-            key: object = protocol_version << 2 | qos << 1 | retain  # the common variants
+            key: object = protocol_version << 3 | qos << 1 | retain  # the common variants
         elif protocol_version != MQTT_5:
-            key = protocol_version << 2 | qos << 1 | retain
+            key = protocol_version << 3 | qos << 1 | retain
         else:
             if self.expires_at is not None:
                 remaining = max(1, math.ceil(self.expires_at - now))

@@ -142,6 +142,11 @@ class RedisBatcher:
         asyncio.get_running_loop().call_soon(self._flush)
 
     @property
+    def idle(self) -> bool:
+        """Nothing queued or waiting for a reply."""
+        return self._idle.is_set()
+
+    @property
     def backlog(self) -> int:
         return len(self._pending) + self._inflight
 

@@ -261,6 +261,9 @@ class RedisSessionStore:
     async def flush(self) -> None:
         await self.batcher.flush()
 
+    def written(self) -> bool:
+        return self.batcher.idle
+
     # -- sessions owned by a dead (or departed) node ----------------------------------------
 
     def append_if_owner(
