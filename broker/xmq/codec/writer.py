@@ -177,6 +177,19 @@ def _suback(packet: Suback, version: int) -> bytes:
     return _frame(0x90, body)
 
 
+def suback_bytes(packet_id: int, reason_codes: list[int], version: int) -> bytes:
+    """A SUBACK without properties (the common case), as ``encode(Suback(...))`` writes it."""
+    count = len(reason_codes)
+    if version == 5:
+        if count > 100:
+            return _suback(Suback(packet_id, reason_codes), version)
+        return bytes((0x90, 3 + count, packet_id >> 8, packet_id & 0xFF, 0, *reason_codes))
+    if count > 120:
+        return _suback(Suback(packet_id, reason_codes), version)
+    codes = [suback_v311_code(code) for code in reason_codes]
+    return bytes((0x90, 2 + count, packet_id >> 8, packet_id & 0xFF, *codes))
+
+
 def _unsubscribe(packet: Unsubscribe, version: int) -> bytes:
     body = bytearray(U16.pack(packet.packet_id))
     if version == 5:
@@ -256,4 +269,5 @@ __all__ = [
     "encode",
     "encode_publish_parts",
     "encode_varint",
+    "suback_bytes",
 ]

@@ -126,6 +126,8 @@ class AllowAll:
     """ClientAcl and Authorizer allowing everything except writing reserved topics."""
 
     __slots__ = ()
+    inline = True
+    """``acl_for`` never waits nor needs a task: ``login_flow`` may run it inline."""
 
     def can_publish(self, topic: str, qos: int, retain: bool) -> bool:
         return not topic.startswith(RESERVED_TOPIC_PREFIX)  # is_reserved_topic, inlined
@@ -147,6 +149,8 @@ class AnonymousAuthenticator:
     """
 
     __slots__ = ("allow_anonymous",)
+    inline = True
+    """``authenticate`` never waits nor needs a task: ``login_flow`` may run it inline."""
 
     def __init__(self, allow_anonymous: bool = True) -> None:
         self.allow_anonymous = allow_anonymous

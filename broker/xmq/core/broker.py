@@ -26,6 +26,7 @@ from xmq.core.cluster_ports import (
     RetainedSync,
     SessionDirectory,
 )
+from xmq.core.deadline_wheel import DeadlineWheel
 from xmq.core.held_acks import AckGate
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
@@ -61,6 +62,7 @@ class Broker(AuthEvents):
         self.plans: MatchCache[Plan] = MatchCache()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
+        self.deadlines = DeadlineWheel(lambda: self.loop)  # keep alive, connect timeouts
         # Cluster ports (xmq.app wires them when Redis is configured; None on a single node).
         self.identity: NodeIdentity | None = None
         self.directory: SessionDirectory | None = None
@@ -78,7 +80,10 @@ class Broker(AuthEvents):
         return self._loop
 
     def now(self) -> float:
-        return self.loop.time()
+        loop = self._loop
+        if loop is None:
+            loop = self.loop
+        return loop.time()
 
     def new_client_id(self) -> str:
         self._client_seq += 1
@@ -469,6 +474,8 @@ class Broker(AuthEvents):
 
     def retained_for(self, topic_filter: str) -> list[Message]:
         """Retained messages matching a filter (expired ones removed on the way)."""
+        if not len(self.retained):
+            return []
         now = self.now()
         found: list[Message] = []
         for topic, message in self.retained.match(topic_filter):

@@ -56,7 +56,6 @@ class ClientConnection:
     """The per-connection MQTT state machine (one per network connection)."""
 
     __slots__ = (
-        "_keepalive_handle",
         "acl",
         "auth_exchange",
         "auth_task",
@@ -76,6 +75,7 @@ class ClientConnection:
         "terms",
         "username",
         "version",
+        "wheel_slot",
         "will_on_close",
     )
 
@@ -108,7 +108,7 @@ class ClientConnection:
         self.held_packets: list[Packet] | None = None
         self.auth_task: asyncio.Future[None] | None = None
         self.auth_exchange: tuple[AuthExchange, Connect | None] | None = None
-        self._keepalive_handle: asyncio.TimerHandle | None = None
+        self.wheel_slot = 0  # its slot in the broker's deadline wheel (0: not filed)
 
     # -- input ------------------------------------------------------------------------------
 
@@ -167,19 +167,21 @@ class ClientConnection:
     # -- keep alive -------------------------------------------------------------------------
 
     def arm_keepalive(self, delay: float) -> None:
-        self._keepalive_handle = self.broker.loop.call_later(delay, self._keepalive_due)
+        """Check this connection's keep alive ``delay`` seconds from now (the shared wheel)."""
+        broker = self.broker
+        broker.deadlines.add(self, broker.now() + delay)
 
-    def _keepalive_due(self) -> None:
-        self._keepalive_handle = None
+    def wheel_due(self, now: float) -> float | None:
+        """The wheel's check: close a connection silent for 1.5 x keep alive (0x8D), else
+        return when to check it next."""
         terms = self.terms
         if self.state != CONNECTED or terms is None:
-            return
+            return None
         limit = terms.keep_alive_s * 1.5
-        idle = self.broker.now() - self.last_seen
-        if idle >= limit:
+        if now - self.last_seen >= limit:
             self.close_with(ReasonCode.KEEP_ALIVE_TIMEOUT, "keep alive timeout")
-        else:
-            self.arm_keepalive(limit - idle)
+            return None
+        return self.last_seen + limit
 
     # -- closing ----------------------------------------------------------------------------
 
@@ -240,9 +242,8 @@ class ClientConnection:
         broker = self.broker
         broker.connections.discard(self)
         broker.stats.clients_connected -= 1
-        if self._keepalive_handle is not None:
-            self._keepalive_handle.cancel()
-            self._keepalive_handle = None
+        if self.wheel_slot:
+            broker.deadlines.remove(self)
         if self.session is not None:
             broker.detach(self.session, self, publish_will)
 

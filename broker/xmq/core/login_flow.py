@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Generator
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xmq.codec.packets import MQTT_5, Auth, Connack, Connect
 from xmq.codec.properties import Properties
@@ -26,7 +26,14 @@ from xmq.core.auth_ports import AuthDecision, AuthExchange, Credentials
 from xmq.core.cluster_claims import claim_cluster_wide
 from xmq.core.cluster_ports import ClusterUnavailableError, RestoredSession
 from xmq.core.connection_states import AUTHENTICATING, CLOSED, CONNECTED
-from xmq.protocol.connect_terms import ConnectRefused, connack_properties, negotiate_connect
+from xmq.protocol.connect_terms import (
+    ConnectRefused,
+    ServerLimits,
+    connack_is_plain,
+    connack_properties,
+    negotiate_connect,
+    server_properties,
+)
 from xmq.protocol.topic_aliases import OutboundTopicAliases
 
 if TYPE_CHECKING:
@@ -36,6 +43,16 @@ log = logging.getLogger("xmq.connection")  # one logger for everything about a c
 
 # MQTT 3.1.1 has no CONNACK code for these: the connection is just closed.
 _CLOSE_SILENTLY_V311 = frozenset((ReasonCode.MALFORMED_PACKET, ReasonCode.PROTOCOL_ERROR))
+
+# Refusals of admission control (connection limits and rates): load shedding, logged at DEBUG
+# only: a storm refused at thousands per second would otherwise log as many INFO lines. They
+# are counted by reason (``stats.refused_by_reason``, per listener in the metrics).
+_SHED_CODES = frozenset((ReasonCode.QUOTA_EXCEEDED, ReasonCode.CONNECTION_RATE_EXCEEDED))
+# CONNACK accepting an MQTT 3.1 / 3.1.1 client, without and with a session present.
+_CONNACK_V311 = b"\x20\x02\x00\x00"
+_CONNACK_V311_PRESENT = b"\x20\x02\x01\x00"
+# Encoded plain MQTT 5 CONNACKs by id(limits): (limits, without session, with session).
+_PLAIN_CONNACKS: dict[int, tuple[ServerLimits, bytes, bytes]] = {}
 
 
 def on_connect(conn: ClientConnection, connect: Connect) -> None:
@@ -62,13 +79,73 @@ def on_connect(conn: ClientConnection, connect: Connect) -> None:
         data = connect.properties.authentication_data if connect.properties else None
         _start_task(conn, _exchange_step(conn, exchange, data, connect))
     else:
-        _start_task(conn, _authenticate(conn, credentials, connect))
+        _start_task(conn, _authenticate(conn, credentials, connect), _runs_inline(conn))
 
 
-def _start_task(conn: ClientConnection, coro: Coroutine[None, None, None]) -> None:
-    task = asyncio.ensure_future(coro)
+def _runs_inline(conn: ClientConnection) -> bool:
+    """A login that needs no task: an authenticator and an authorizer marked ``inline`` (in
+    memory: their coroutines never wait) and no cluster claim (its Redis round trip runs under
+    ``asyncio.timeout``, which needs a task)."""
+    return (
+        conn.broker.directory is None
+        and getattr(conn.authenticator, "inline", False) is True
+        and getattr(conn.authorizer, "inline", False) is True
+    )
+
+
+def _start_task(
+    conn: ClientConnection, coro: Coroutine[None, None, None], inline: bool = False
+) -> None:
+    """Run ``coro`` as the connection's one tracked task; ``inline``: at once, up to its first
+    wait, and only a coroutine that does wait becomes a task.
+
+    Inline, the embedded default (anonymous, allow all) accepts a CONNECT within ``handle``: no
+    task, no loop tick, no held packets. The outcome is handled the same way (``_finished``).
+    """
+    if inline:
+        try:
+            first = coro.send(None)
+        except StopIteration:
+            return
+        except Exception as error:  # noqa: BLE001 - the same handling as a task's exception
+            _finished(conn, error)
+            return
+        task = asyncio.ensure_future(_continue(coro, first))
+    else:
+        task = asyncio.ensure_future(coro)
     conn.auth_task = task
     task.add_done_callback(partial(_task_done, conn))
+
+
+async def _continue(coro: Coroutine[Any, Any, None], first: Any) -> None:
+    await _Resumed(coro, first)
+
+
+class _Resumed:
+    """Awaitable continuing a coroutine that already yielded ``first`` (to its task)."""
+
+    __slots__ = ("_coro", "_first")
+
+    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
+        self._coro = coro
+        self._first = first
+
+    def __await__(self) -> Generator[Any, None, None]:
+        coro = self._coro
+        value = self._first
+        while True:
+            try:
+                yield value
+            except BaseException as error:  # thrown in by the task (cancellation)
+                try:
+                    value = coro.throw(error)
+                except StopIteration:
+                    return
+            else:
+                try:
+                    value = coro.send(None)
+                except StopIteration:
+                    return
 
 
 def _task_done(conn: ClientConnection, task: asyncio.Future[None]) -> None:
@@ -78,11 +155,15 @@ def _task_done(conn: ClientConnection, task: asyncio.Future[None]) -> None:
         return
     error = task.exception()
     if error is not None:
-        log.error("authentication failed unexpectedly for %s", conn.link.peer, exc_info=error)
-        if conn.state == AUTHENTICATING:
-            refuse_connect(conn, ReasonCode.SERVER_UNAVAILABLE, "authentication error")
-        elif conn.state == CONNECTED:
-            conn.close_with(ReasonCode.UNSPECIFIED_ERROR, "re-authentication error")
+        _finished(conn, error)
+
+
+def _finished(conn: ClientConnection, error: BaseException) -> None:
+    log.error("authentication failed unexpectedly for %s", conn.link.peer, exc_info=error)
+    if conn.state == AUTHENTICATING:
+        refuse_connect(conn, ReasonCode.SERVER_UNAVAILABLE, "authentication error")
+    elif conn.state == CONNECTED:
+        conn.close_with(ReasonCode.UNSPECIFIED_ERROR, "re-authentication error")
 
 
 async def _authenticate(conn: ClientConnection, credentials: Credentials, connect: Connect) -> None:
@@ -204,19 +285,35 @@ async def _accept(
         requested = None
         if connect.properties is not None:
             requested = connect.properties.session_expiry_interval
-        ack_props = connack_properties(terms, broker.settings.limits, requested)
-        if props is not None:
-            ack_props.authentication_method = props.authentication_method
-            ack_props.authentication_data = props.authentication_data
-        if terms.request_response_information:
-            ack_props.response_information = (
-                broker.settings.response_information_prefix + terms.client_id
-            )
-        conn.link.write(encode(Connack(present, 0, ack_props), MQTT_5))
+        limits = broker.settings.limits
+        if (
+            props is None
+            and not terms.request_response_information
+            and connack_is_plain(terms, requested)
+        ):
+            conn.link.write(_plain_connack(limits, present))
+        else:
+            ack_props = connack_properties(terms, limits, requested)
+            if props is not None:
+                ack_props.authentication_method = props.authentication_method
+                ack_props.authentication_data = props.authentication_data
+            if terms.request_response_information:
+                ack_props.response_information = (
+                    broker.settings.response_information_prefix + terms.client_id
+                )
+            conn.link.write(encode(Connack(present, 0, ack_props), MQTT_5))
     else:
-        conn.link.write(encode(Connack(present, 0), conn.version))
+        conn.link.write(_CONNACK_V311_PRESENT if present else _CONNACK_V311)
     if terms.keep_alive_s:
         conn.arm_keepalive(terms.keep_alive_s * 1.5)
+    if log.isEnabledFor(logging.DEBUG):  # accepted connects: DEBUG (counted in $SYS, metrics)
+        log.debug(
+            "accepted %s (%s) v%d%s",
+            conn.link.peer,
+            terms.client_id,
+            conn.version,
+            " session present" if present else "",
+        )
     now = broker.now()
     if present:
         session.resend_inflight(conn, now)
@@ -229,6 +326,22 @@ async def _accept(
             conn.handle(packet)
 
 
+def _plain_connack(limits: ServerLimits, present: bool) -> bytes:
+    """The MQTT 5 CONNACK (success) with only the server's limits, encoded once per limits."""
+    entry = _PLAIN_CONNACKS.get(id(limits))
+    if entry is None or entry[0] is not limits:  # the entry holds ``limits``: no id reuse
+        if len(_PLAIN_CONNACKS) >= 16:
+            _PLAIN_CONNACKS.clear()
+        props = server_properties(limits)
+        entry = (
+            limits,
+            encode(Connack(False, 0, props), MQTT_5),
+            encode(Connack(True, 0, props), MQTT_5),
+        )
+        _PLAIN_CONNACKS[id(limits)] = entry
+    return entry[2] if present else entry[1]
+
+
 def refuse_connect(conn: ClientConnection, reason_code: int, reason: str) -> None:
     """Refuse a connection attempt with CONNACK (MQTT 5 reason or 3.1.1 code), then close."""
     if conn.state == CLOSED:
@@ -236,9 +349,16 @@ def refuse_connect(conn: ClientConnection, reason_code: int, reason: str) -> Non
     stats = conn.broker.stats
     stats.connects_refused += 1
     stats.refused_by_reason[reason_code] = stats.refused_by_reason.get(reason_code, 0) + 1
-    log.info(
-        "refused %s (%s): 0x%02X %s", conn.link.peer, conn.client_id or "-", reason_code, reason
-    )
+    level = logging.DEBUG if reason_code in _SHED_CODES else logging.INFO
+    if log.isEnabledFor(level):
+        log.log(
+            level,
+            "refused %s (%s): 0x%02X %s",
+            conn.link.peer,
+            conn.client_id or "-",
+            reason_code,
+            reason,
+        )
     if conn.version == MQTT_5:
         props = None
         if conn.problem_info and reason:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from xmq.codec.packets import MQTT_5, Suback, Subscribe, SubscriptionRequest, Unsuback, Unsubscribe
+from xmq.codec.packets import MQTT_5, Subscribe, SubscriptionRequest, Unsuback, Unsubscribe
 from xmq.codec.reason_codes import ReasonCode, suback_v311_code
+from xmq.codec.writer import suback_bytes
 from xmq.core.message import Message
 from xmq.core.session import Session, Subscription
 from xmq.routing.topics import TopicError, has_wildcard, parse_shared
@@ -52,7 +53,7 @@ def handle_subscribe(conn: ClientConnection, packet: Subscribe) -> None:
             retained.append((sub, messages))
     if conn.version != MQTT_5:
         codes = [suback_v311_code(code) for code in codes]
-    conn.write_packet(Suback(packet.packet_id, codes))
+    conn.link.write(suback_bytes(packet.packet_id, codes, conn.version))
     if retained:
         now = broker.now()
         ids = (identifier,) if identifier else _NO_IDS

@@ -9,9 +9,7 @@ one ``write`` system call.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
 from collections.abc import Callable
 from typing import cast
 
@@ -71,9 +69,11 @@ class MqttClientProtocol(asyncio.Protocol):
         "congested",
         "conn",
         "on_close",
+        "on_deadline",
         "on_made",
         "peer",
         "reader",
+        "wheel_slot",
     )
 
     def __init__(
@@ -100,6 +100,9 @@ class MqttClientProtocol(asyncio.Protocol):
         self.on_close = on_close
         self.on_made: Callable[[MqttClientProtocol, asyncio.Transport], None] | None = None
         """Called once the transport is up (PROXY peer, client certificate user name)."""
+        self.on_deadline: Callable[[MqttClientProtocol], None] | None = None
+        """Called when its deadline in the broker's wheel comes (the connect timeout)."""
+        self.wheel_slot = 0
         self.conn = ClientConnection(broker, self, authenticator, authorizer)
 
     # -- asyncio.Protocol -------------------------------------------------------------------
@@ -110,10 +113,8 @@ class MqttClientProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             self.peer = f"{peer[0]}:{peer[1]}"
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # No TCP_NODELAY here: asyncio and uvloop set it on every TCP transport they create
+        # (accepted, PROXY hand-off, under TLS); one more setsockopt per connect was waste.
         self.conn.last_seen = self._clock()
         if self.on_made is not None:
             self.on_made(self, transport)
@@ -151,6 +152,12 @@ class MqttClientProtocol(asyncio.Protocol):
             if self._closing:
                 return
             conn.handle(packet)
+
+    def wheel_due(self, now: float) -> float | None:
+        """The broker's deadline wheel: this connection's connect timeout is due."""
+        if self.on_deadline is not None:
+            self.on_deadline(self)
+        return None
 
     def eof_received(self) -> bool | None:
         return None  # close the transport

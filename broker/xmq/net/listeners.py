@@ -43,6 +43,10 @@ class BoundListener:
     port: int
 
 
+MadeHook = Callable[[MqttClientProtocol, asyncio.Transport], None]
+CloseHook = Callable[[MqttClientProtocol], None]
+
+
 class ListenerSet:
     """The broker's listeners and the client connections they accepted."""
 
@@ -70,6 +74,7 @@ class ListenerSet:
         self._servers: list[asyncio.Server] = []
         self._proxy_servers: list[ProxyProtocolServer] = []
         self._scheduler: FlushScheduler | None = None
+        self._hooks: dict[tuple[ListenerGate, bool], tuple[MadeHook, CloseHook]] = {}
         self.idle = asyncio.Event()
         self.idle.set()
 
@@ -172,22 +177,36 @@ class ListenerSet:
                 broker, self.authenticator, self.authorizer, self._scheduler, self.max_packet_size
             )
         admitted = refusal is None
-        client.on_made = self._made_hook(gate, admitted, peer, spec)
-        client.on_close = self._close_hook(gate, admitted)
+        if peer is None:  # the same hooks for every connection of this listener
+            hooks = self._hooks.get((gate, admitted))
+            if hooks is None:
+                hooks = (
+                    self._made_hook(gate, admitted, None, spec),
+                    self._close_hook(gate, admitted),
+                )
+                self._hooks[gate, admitted] = hooks
+            client.on_made, client.on_close = hooks
+        else:
+            client.on_made = self._made_hook(gate, admitted, peer, spec)
+            client.on_close = self._close_hook(gate, admitted)
         return client
 
     def _made_hook(
         self, gate: ListenerGate, admitted: bool, peer: str | None, spec: ListenerConfig
     ) -> Callable[[MqttClientProtocol, asyncio.Transport], None]:
         cn_as_username = spec.tls is not None and spec.tls.cn_as_username
+        broker = self.broker
+        timeout_s = spec.connect_timeout_s
+
+        def on_deadline(client: MqttClientProtocol) -> None:
+            self._connect_deadline(client, gate)
 
         def made(client: MqttClientProtocol, transport: asyncio.Transport) -> None:
             self.clients.add(client)
             self.idle.clear()
-            if spec.connect_timeout_s > 0:
-                self.broker.loop.call_later(
-                    spec.connect_timeout_s, self._connect_deadline, client, gate
-                )
+            if timeout_s > 0:  # the shared wheel: no timer per connection
+                client.on_deadline = on_deadline
+                broker.deadlines.add(client, broker.now() + timeout_s)
             if admitted:
                 gate.open += 1
                 self.open_total += 1
@@ -212,6 +231,8 @@ class ListenerSet:
         self, gate: ListenerGate, admitted: bool
     ) -> Callable[[MqttClientProtocol], None]:
         def closed(client: MqttClientProtocol) -> None:
+            if client.wheel_slot:
+                self.broker.deadlines.remove(client)
             if client in self.clients:
                 self.clients.discard(client)
                 if admitted:

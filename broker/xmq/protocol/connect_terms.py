@@ -152,6 +152,28 @@ def connack_properties(
     terms: ConnectTerms, limits: ServerLimits, requested_expiry: int | None
 ) -> Properties:
     """The CONNACK properties an MQTT 5 client gets: our limits and what we changed."""
+    props = server_properties(limits)
+    if terms.client_id_assigned:
+        props.assigned_client_identifier = terms.client_id
+    if terms.server_keep_alive_s is not None:
+        props.server_keep_alive = terms.server_keep_alive_s
+    if requested_expiry is not None and requested_expiry != terms.session_expiry_s:
+        props.session_expiry_interval = terms.session_expiry_s
+    return props
+
+
+def connack_is_plain(terms: ConnectTerms, requested_expiry: int | None) -> bool:
+    """True when ``connack_properties`` adds nothing to ``server_properties`` for this client
+    (the common case: its CONNACK is the same bytes as every other client's)."""
+    return (
+        not terms.client_id_assigned
+        and terms.server_keep_alive_s is None
+        and (requested_expiry is None or requested_expiry == terms.session_expiry_s)
+    )
+
+
+def server_properties(limits: ServerLimits) -> Properties:
+    """The CONNACK properties that depend only on the server's limits."""
     props = Properties()
     props.receive_maximum = limits.receive_maximum
     props.maximum_packet_size = limits.max_packet_size
@@ -166,10 +188,4 @@ def connack_properties(
         props.shared_subscription_available = 0
     if not limits.subscription_ids_available:
         props.subscription_identifier_available = 0
-    if terms.client_id_assigned:
-        props.assigned_client_identifier = terms.client_id
-    if terms.server_keep_alive_s is not None:
-        props.server_keep_alive = terms.server_keep_alive_s
-    if requested_expiry is not None and requested_expiry != terms.session_expiry_s:
-        props.session_expiry_interval = terms.session_expiry_s
     return props

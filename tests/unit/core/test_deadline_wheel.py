@@ -1,0 +1,158 @@
+"""The keep-alive wheel: one timer for every connection's keep alive."""
+
+from __future__ import annotations
+
+import asyncio
+
+from xmq.codec.packets import Connect, Pingreq
+from xmq.codec.reason_codes import ReasonCode
+from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
+from xmq.core.broker import Broker
+from xmq.core.connection import ClientConnection
+from xmq.core.connection_states import CLOSED, CONNECTED
+from xmq.core.deadline_wheel import DeadlineWheel
+from xmq.core.settings import CoreSettings
+
+
+class _Client:
+    def __init__(self, next_deadline: float | None = None) -> None:
+        self.wheel_slot = 0
+        self.due_at: list[float] = []
+        self.next_deadline = next_deadline
+
+    def wheel_due(self, now: float) -> float | None:
+        self.due_at.append(now)
+        deadline, self.next_deadline = self.next_deadline, None
+        return deadline
+
+
+class _Link:
+    def __init__(self) -> None:
+        self.out = bytearray()
+        self.closed = False
+        self.peer = "127.0.0.1:1"
+        self.congested = False
+
+    def write(self, data: bytes) -> None:
+        self.out += data
+
+    def write_publish(self, head: bytes, packet_id: int, tail: bytes) -> None:
+        self.out += head + tail
+
+    def writable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+async def test_a_client_is_checked_at_its_deadline_never_before() -> None:
+    loop = asyncio.get_running_loop()
+    wheel = DeadlineWheel(lambda: loop, 0.02)
+    client = _Client()
+    deadline = loop.time() + 0.1
+    wheel.add(client, deadline)
+    assert wheel.count == 1 and client.wheel_slot
+    await asyncio.sleep(0.06)
+    assert client.due_at == []
+    await asyncio.sleep(0.12)
+    [checked] = client.due_at
+    assert checked >= deadline
+    assert wheel.count == 0 and client.wheel_slot == 0
+
+
+async def test_a_removed_client_is_not_checked_and_the_timer_stops() -> None:
+    loop = asyncio.get_running_loop()
+    wheel = DeadlineWheel(lambda: loop, 0.02)
+    kept, removed = _Client(), _Client()
+    wheel.add(kept, loop.time() + 0.03)
+    wheel.add(removed, loop.time() + 0.03)
+    wheel.remove(removed)
+    assert removed.wheel_slot == 0 and wheel.count == 1
+    await asyncio.sleep(0.12)
+    assert removed.due_at == [] and len(kept.due_at) == 1
+    assert wheel._handle is None  # nothing filed: no timer
+
+
+async def test_a_client_that_returns_a_deadline_is_filed_again() -> None:
+    loop = asyncio.get_running_loop()
+    wheel = DeadlineWheel(lambda: loop, 0.02)
+    client = _Client(next_deadline=loop.time() + 0.08)
+    wheel.add(client, loop.time() + 0.02)
+    await asyncio.sleep(0.06)
+    assert len(client.due_at) == 1 and wheel.count == 1
+    await asyncio.sleep(0.12)
+    assert len(client.due_at) == 2 and wheel.count == 0
+
+
+async def test_a_deadline_already_past_is_checked_at_the_next_tick() -> None:
+    loop = asyncio.get_running_loop()
+    wheel = DeadlineWheel(lambda: loop, 0.02)
+    client = _Client()
+    wheel.add(client, loop.time() - 5.0)
+    await asyncio.sleep(0.06)
+    assert len(client.due_at) == 1
+
+
+async def _connected(broker: Broker, keep_alive: int) -> tuple[ClientConnection, _Link]:
+    link = _Link()
+    conn = ClientConnection(broker, link, AnonymousAuthenticator(), AllowAll())
+    conn.handle(Connect(client_id=f"c{id(link)}", protocol_version=5, keep_alive=keep_alive))
+    await asyncio.sleep(0)
+    assert conn.state == CONNECTED
+    link.out.clear()
+    return conn, link
+
+
+async def test_a_silent_connection_is_closed_with_0x8d_an_active_one_is_not() -> None:
+    broker = Broker(CoreSettings())
+    broker.deadlines = DeadlineWheel(lambda: broker.loop, 0.05)
+    silent, silent_link = await _connected(broker, 1)
+    active, active_link = await _connected(broker, 1)
+    idle_since = broker.now()
+    for _ in range(8):  # 2 s: the active client sends PINGREQ every 0.25 s
+        await asyncio.sleep(0.25)
+        active.touch(broker.now())
+        active.handle(Pingreq())
+        if silent.state == CLOSED:
+            break
+    closed_after = broker.now() - idle_since
+    assert silent.state == CLOSED and silent_link.closed
+    assert 1.5 <= closed_after < 1.5 + 0.25 + 0.1 + 0.05
+    assert silent_link.out[0] == 0xE0 and silent_link.out[2] == ReasonCode.KEEP_ALIVE_TIMEOUT
+    assert broker.stats.disconnects_by_reason == {ReasonCode.KEEP_ALIVE_TIMEOUT: 1}
+    assert active.state == CONNECTED and not active_link.closed
+    assert broker.deadlines.count == 1  # the active one, filed again
+    active.connection_lost()
+    assert broker.deadlines.count == 0 and active.wheel_slot == 0
+
+
+async def test_keep_alive_zero_files_nothing() -> None:
+    broker = Broker(CoreSettings())
+    conn, _link = await _connected(broker, 0)
+    assert conn.wheel_slot == 0 and broker.deadlines.count == 0
+
+
+class _Failing(_Client):
+    def wheel_due(self, now: float) -> float | None:
+        super().wheel_due(now)
+        raise RuntimeError("boom")
+
+
+async def test_a_failing_entry_does_not_stop_the_wheel() -> None:
+    loop = asyncio.get_running_loop()
+    wheel = DeadlineWheel(lambda: loop, 0.02)
+    failing, later = _Failing(), _Client()
+    wheel.add(failing, loop.time() + 0.02)
+    wheel.add(later, loop.time() + 0.1)
+    await asyncio.sleep(0.2)
+    assert len(failing.due_at) == 1 and len(later.due_at) == 1 and wheel.count == 0
