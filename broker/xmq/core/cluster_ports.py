@@ -111,7 +111,8 @@ class DurableStore(Protocol):
     hold: DurableHold | None
     """Set by the core while it routes a PUBLISH whose acknowledgement waits for its records
     (``max_queued_writes`` 0): every record and inbound QoS 2 id queued meanwhile holds it
-    until Redis has answered."""
+    until Redis has answered. Also set while it removes an inbound QoS 2 id on PUBREL: the
+    removal holds the PUBCOMP until Redis has answered it."""
 
     forward_id: str
     """Set by the cluster while it delivers a message that came over a node link (PUBLISH or
@@ -138,7 +139,8 @@ class DurableStore(Protocol):
         """The delivery is complete: its record is deleted."""
 
     def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
-        """An inbound QoS 2 packet id was received (added) or released."""
+        """An inbound QoS 2 packet id was received (added) or released (``hold``, when set,
+        is held until the change is written)."""
 
     def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
         """A subscription was added or replaced (``sub``) or removed (``None``)."""

@@ -11,6 +11,12 @@ re-dispatched to has it), a retained message's Redis record. The routing itself 
 so the ack goes out when the last of them is released — at once when nothing durable was
 involved.
 
+A persistent session's PUBCOMP (inbound QoS 2) is held the same way (``complete``) until Redis
+has answered the ``SREM session:qos2in`` of its packet id: a client that has its PUBCOMP may
+reuse the id at once, and a node resuming the session after a kill -9 must not hold it still
+(it would take the new message for a re-send of the old one). A PUBREL re-sent meanwhile (after
+a reconnect) gets that PUBCOMP when the id is removed, as a re-sent PUBLISH gets its PUBREC.
+
 No task or future per message: a held ack is one slotted object with a counter; the links
 release theirs in batches, per PUBLISH_ACK. Held acks count against the client's in-flight
 window: a client with the server's Receive Maximum of them is not read until one is released
@@ -28,20 +34,22 @@ if TYPE_CHECKING:
 
 _PUBACK = 0x40
 _PUBREC = 0x50
+_PUBCOMP = 0x70
 
 
 class HeldAck:
-    """The acknowledgement of one QoS 1/2 PUBLISH, sent once ``pending`` drops to 0."""
+    """The acknowledgement of one QoS 1/2 PUBLISH (or a PUBREL), sent once ``pending`` drops
+    to 0."""
 
-    __slots__ = ("client_id", "conn", "gate", "packet_id", "pending", "qos", "reason")
+    __slots__ = ("client_id", "conn", "gate", "kind", "packet_id", "pending", "reason")
 
     def __init__(
-        self, gate: AckGate, conn: ClientConnection, client_id: str, qos: int, packet_id: int
+        self, gate: AckGate, conn: ClientConnection, client_id: str, kind: int, packet_id: int
     ) -> None:
         self.gate = gate
         self.conn = conn
         self.client_id = client_id
-        self.qos = qos
+        self.kind = kind  # the packet type byte: PUBACK, PUBREC or PUBCOMP
         self.packet_id = packet_id
         self.reason = 0
         self.pending = 1  # the routing's own: released when routing is over
@@ -61,28 +69,54 @@ class HeldAck:
 class AckGate:
     """The held acknowledgements of every publisher on this node."""
 
-    __slots__ = ("_by_conn", "_paused", "_qos2", "held", "limit")
+    __slots__ = ("_by_conn", "_paused", "_pubcomps", "_qos2", "held", "limit")
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)  # per connection: the server's Receive Maximum
         self.held = 0  # acknowledgements waiting now
         self._by_conn: dict[ClientConnection, int] = {}
         self._paused: set[ClientConnection] = set()
-        self._qos2: dict[tuple[str, int], HeldAck] = {}
+        self._qos2: dict[tuple[str, int], HeldAck] = {}  # held PUBRECs
+        self._pubcomps: dict[tuple[str, int], HeldAck] = {}
 
     def begin(self, conn: ClientConnection, client_id: str, qos: int, packet_id: int) -> HeldAck:
         """A held ack for a PUBLISH about to be routed (released by the caller when done)."""
         self._count(conn)
-        held = HeldAck(self, conn, client_id, qos, packet_id)
         if qos == 2:
+            held = HeldAck(self, conn, client_id, _PUBREC, packet_id)
             self._qos2[(client_id, packet_id)] = held
+        else:
+            held = HeldAck(self, conn, client_id, _PUBACK, packet_id)
+        self.held += 1
+        return held
+
+    def complete(self, conn: ClientConnection, client_id: str, packet_id: int) -> HeldAck:
+        """A held PUBCOMP for a PUBREL whose packet id is about to be removed from the store
+        (released by the caller once the removal is queued)."""
+        self._count(conn)
+        held = HeldAck(self, conn, client_id, _PUBCOMP, packet_id)
+        self._pubcomps[(client_id, packet_id)] = held
         self.held += 1
         return held
 
     def resent(self, conn: ClientConnection, client_id: str, packet_id: int) -> bool:
         """A QoS 2 PUBLISH sent again (after a reconnect) while its PUBREC is still held:
         the PUBREC will go to ``conn`` when the records are written. False if none is held."""
-        held = self._qos2.get((client_id, packet_id))
+        return self._to_conn(self._qos2, conn, client_id, packet_id)
+
+    def released_again(self, conn: ClientConnection, client_id: str, packet_id: int) -> bool:
+        """A PUBREL sent again (after a reconnect) while its PUBCOMP is still held: the PUBCOMP
+        will go to ``conn`` when the id's removal is written. False if none is held."""
+        return self._to_conn(self._pubcomps, conn, client_id, packet_id)
+
+    def _to_conn(
+        self,
+        waiting: dict[tuple[str, int], HeldAck],
+        conn: ClientConnection,
+        client_id: str,
+        packet_id: int,
+    ) -> bool:
+        held = waiting.get((client_id, packet_id))
         if held is None:
             return False
         if held.conn is not conn:
@@ -94,12 +128,15 @@ class AckGate:
     def done(self, held: HeldAck) -> None:
         """Every record of the message is written: the acknowledgement goes out."""
         self.held -= 1
-        key = (held.client_id, held.packet_id)
-        if held.qos == 2 and self._qos2.get(key) is held:
-            del self._qos2[key]
+        kind = held.kind
+        if kind != _PUBACK:
+            waiting = self._qos2 if kind == _PUBREC else self._pubcomps
+            key = (held.client_id, held.packet_id)
+            if waiting.get(key) is held:
+                del waiting[key]
         conn = held.conn
         self._forget_conn(conn)
-        write_ack(conn, _PUBACK if held.qos == 1 else _PUBREC, held.packet_id, held.reason)
+        write_ack(conn, kind, held.packet_id, held.reason)
 
     def waiting(self, conn: ClientConnection) -> int:
         """Acknowledgements held for one connection."""
@@ -125,7 +162,7 @@ class AckGate:
 
 
 def write_ack(conn: ClientConnection, kind: int, packet_id: int, reason: int) -> None:
-    """PUBACK / PUBREC (a reason code only when not success and the client speaks MQTT 5).
+    """PUBACK / PUBREC / PUBCOMP (a reason code only when not success and the client speaks MQTT 5).
 
     A closed connection's link drops the bytes: its client re-sends the PUBLISH after
     reconnecting.

@@ -204,11 +204,25 @@ def on_pubrel(conn: ClientConnection, packet: Pubrel) -> None:
     session = conn.session
     if session is None:
         return
-    if packet.packet_id in session.inbound_qos2:
-        session.inbound_qos2.discard(packet.packet_id)
-        conn.link.write(_PUBCOMP + packet.packet_id.to_bytes(2, "big"))
-    else:
-        _ack(conn, _PUBCOMP, packet.packet_id, _NOT_FOUND)
+    packet_id = packet.packet_id
+    ids = session.inbound_qos2
+    gate = conn.broker.acks
+    if packet_id in ids:
+        store = session.store
+        if gate is None or store is None:  # nothing durable to wait for
+            ids.discard(packet_id)
+            conn.link.write(_PUBCOMP + packet_id.to_bytes(2, "big"))
+            return
+        # a persistent session's id (max_queued_writes 0): the PUBCOMP waits for its SREM
+        held = gate.complete(conn, session.client_id, packet_id)
+        store.hold = held
+        try:
+            ids.discard(packet_id)
+        finally:
+            store.hold = None
+        held.release()
+    elif gate is None or not gate.released_again(conn, session.client_id, packet_id):
+        _ack(conn, _PUBCOMP, packet_id, _NOT_FOUND)
 
 
 def on_pubcomp(conn: ClientConnection, packet: Pubcomp) -> None:

@@ -10,6 +10,7 @@ one pipeline per loop tick), and so does the publisher's acknowledgement: record
 ``hold`` is set (by the core, while it routes a QoS 1/2 PUBLISH) hold it until written. A QoS 2
 PUBLISH (PUBREL) also waits for its ``session:inflight`` state (``ids_first``; the core's
 ``owed_writes``): a node resuming the session after a kill -9 re-sends what the client saw.
+An inbound QoS 2 id's ``SADD`` (``SREM``) holds the publisher's PUBREC (PUBCOMP) the same way.
 N > 0: up to N deliveries go out before their records are written; beyond that the publishing
 client's socket is paused until the backlog halves (acknowledgements are not held).
 
@@ -215,10 +216,11 @@ class RedisSessionStore:
     def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
         key = self.keys.session_qos2_inbound(session.client_id)
         hold = self.hold
-        if added and hold is not None:
-            hold.hold()  # the PUBREC waits for the id's record too
+        if hold is not None:
+            hold.hold()  # the PUBREC waits for the id's SADD too, a PUBCOMP for its SREM
             release = hold.release
-            self.batcher.command("SADD", key, packet_id, callback=lambda _: release())
+            command = "SADD" if added else "SREM"
+            self.batcher.command(command, key, packet_id, callback=lambda _: release())
             return
         self.batcher.command("SADD" if added else "SREM", key, packet_id)
 
