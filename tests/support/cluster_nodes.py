@@ -9,8 +9,21 @@ from collections.abc import Callable
 from tests.support.broker_process import BrokerProcess
 from tests.support.paho_client import PahoClient
 from tests.support.redis_server import RedisServer
+from xmq.contract import ClusterKeys, NodeLease, release_dead_node
 
 LEASE_TTL_S = 2.0
+
+
+def clear_dead_lease(redis_server: RedisServer, cluster: str, node_id: str) -> None:
+    """What the operator does for a dead pod: compare-and-delete its lease at once."""
+    keys = ClusterKeys(cluster)
+    client = redis_server.client()
+    try:
+        lease = NodeLease.from_json(client.get(keys.lease(node_id)) or b"")
+        call = release_dead_node(keys, node_id, lease.pod_uid, lease.epoch)
+        client.eval(call.script, len(call.keys), *call.keys, *call.args)
+    finally:
+        client.close()
 
 
 def node_yaml(redis_url: str, cluster: str, lease_ttl_s: float, max_queued_writes: int) -> str:

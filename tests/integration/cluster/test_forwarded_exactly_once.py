@@ -16,27 +16,14 @@ import time
 
 from paho.mqtt.packettypes import PacketTypes
 
-from tests.support.cluster_nodes import ClusterNodes, routed
+from tests.support.cluster_nodes import ClusterNodes, clear_dead_lease, routed
 from tests.support.paho_client import PahoClient, props
 from tests.support.redis_server import RedisServer
-from xmq.contract import ClusterKeys, NodeLease, release_dead_node
 
 EXPIRY = props(PacketTypes.CONNECT, SessionExpiryInterval=3600)
 ROUNDS = 3
 SESSIONS = 6
 MESSAGES = 1200
-
-
-def _clear_lease_now(redis_server: RedisServer, cluster: str, node_id: str) -> None:
-    """What the operator does for a dead pod: compare-and-delete its lease."""
-    keys = ClusterKeys(cluster)
-    client = redis_server.client()
-    try:
-        lease = NodeLease.from_json(client.get(keys.lease(node_id)) or b"")
-        call = release_dead_node(keys, node_id, lease.pod_uid, lease.epoch)
-        client.eval(call.script, len(call.keys), *call.keys, *call.args)
-    finally:
-        client.close()
 
 
 def _receive_all(client: PahoClient, count: int, timeout: float) -> list[int]:
@@ -71,7 +58,7 @@ def _one_round(nodes: ClusterNodes, redis_server: RedisServer, name: str) -> dic
         if n == MESSAGES // 2:
             time.sleep(0.005)  # the burst is on its way through node 1 to node 2
             nodes.kill(2)
-            _clear_lease_now(redis_server, nodes.cluster, "node-2")
+            clear_dead_lease(redis_server, nodes.cluster, "node-2")
     publisher.disconnect()
     duplicates: dict[str, int] = {}
     missing: dict[str, int] = {}

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster_nodes import LEASE_TTL_S, node_yaml
+from tests.support.cluster_nodes import LEASE_TTL_S, clear_dead_lease, node_yaml
 from tests.support.raw_client import RawClient
 from tests.support.redis_gate import RedisGate
 from tests.support.redis_server import RedisServer
@@ -34,7 +34,7 @@ from xmq.codec.packets import (
     SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
-from xmq.contract import ClusterKeys, NodeLease, release_dead_node
+from xmq.contract import ClusterKeys
 
 SREM_INBOUND = rb"\$4\r\nSREM\r\n\$\d+\r\n[^\r]*session:qos2in:[^\r]*\r\n"
 
@@ -124,14 +124,7 @@ class Setup:
     def kill_node_1(self) -> None:
         """SIGKILL, and what the operator does for a dead pod: its lease goes at once."""
         self.nodes[0].kill()
-        keys = ClusterKeys(self.cluster)
-        client = self.redis.client()
-        try:
-            lease = NodeLease.from_json(client.get(keys.lease("node-1")) or b"")
-            call = release_dead_node(keys, "node-1", lease.pod_uid, lease.epoch)
-            client.eval(call.script, len(call.keys), *call.keys, *call.args)
-        finally:
-            client.close()
+        clear_dead_lease(self.redis, self.cluster, "node-1")
 
     def close(self) -> None:
         for client in self.clients:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster_nodes import LEASE_TTL_S, node_yaml
+from tests.support.cluster_nodes import LEASE_TTL_S, clear_dead_lease, node_yaml
 from tests.support.paho_client import PahoClient
 from tests.support.raw_client import RawClient
 from tests.support.redis_gate import RedisGate
@@ -36,7 +36,7 @@ from xmq.codec.packets import (
     SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
-from xmq.contract import ClusterKeys, NodeLease, release_dead_node
+from xmq.contract import ClusterKeys
 
 _HSET_INFLIGHT = rb"\$4\r\nHSET\r\n\$\d+\r\n[^\r]*session:inflight:[^\r]*\r\n\$\d+\r\n[^\r]*\r\n"
 STORED_ID = _HSET_INFLIGHT + rb"\$\d+\r\n\d+\r\n"  # a QoS 2 PUBLISH's packet id
@@ -162,14 +162,7 @@ class Setup:
     def kill_node_1(self) -> None:
         """SIGKILL, and what the operator does for a dead pod: its lease goes at once."""
         self.nodes[0].kill()
-        keys = ClusterKeys(self.cluster)
-        client = self.redis.client()
-        try:
-            lease = NodeLease.from_json(client.get(keys.lease("node-1")) or b"")
-            call = release_dead_node(keys, "node-1", lease.pod_uid, lease.epoch)
-            client.eval(call.script, len(call.keys), *call.keys, *call.args)
-        finally:
-            client.close()
+        clear_dead_lease(self.redis, self.cluster, "node-1")
 
     def close(self) -> None:
         self.receiver.close()

@@ -13,10 +13,10 @@ import time
 import pytest
 from paho.mqtt.packettypes import PacketTypes
 
-from tests.support.cluster_nodes import ClusterNodes, routed
+from tests.support.cluster_nodes import ClusterNodes, clear_dead_lease, routed
 from tests.support.paho_client import PahoClient, Received, props
 from tests.support.redis_server import RedisServer
-from xmq.contract import ClusterKeys, NodeLease, release_dead_node
+from xmq.contract import ClusterKeys
 
 MESSAGES = 10_000
 EXPIRY = props(PacketTypes.CONNECT, SessionExpiryInterval=3600)
@@ -38,13 +38,10 @@ def _collect(client: PahoClient, count: int, timeout: float) -> list[Received]:
 
 def _clear_lease_now(redis_server: RedisServer, cluster: str, node_id: str) -> None:
     """What the operator does for a dead pod: compare-and-delete its lease."""
-    keys = ClusterKeys(cluster)
+    clear_dead_lease(redis_server, cluster, node_id)
     client = redis_server.client()
     try:
-        lease = NodeLease.from_json(client.get(keys.lease(node_id)) or b"")
-        call = release_dead_node(keys, node_id, lease.pod_uid, lease.epoch)
-        client.eval(call.script, len(call.keys), *call.keys, *call.args)
-        assert client.get(keys.lease(node_id)) is None
+        assert client.get(ClusterKeys(cluster).lease(node_id)) is None
     finally:
         client.close()
 
