@@ -9,7 +9,10 @@ binary messages; the per-tick coalesced output of a connection becomes one frame
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import re
+from collections.abc import Iterable
 from typing import Any, cast
 
 from wsproto import ConnectionType, WSConnection
@@ -18,13 +21,14 @@ from wsproto.events import (
     AcceptConnection,
     BytesMessage,
     CloseConnection,
+    Event,
     Ping,
     RejectConnection,
     RejectData,
     Request,
     TextMessage,
 )
-from wsproto.utilities import RemoteProtocolError
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from xmq.net.client_protocol import MqttClientProtocol
 
@@ -32,6 +36,12 @@ log = logging.getLogger("xmq.net")
 
 SUBPROTOCOLS = ("mqtt", "mqttv3.1")
 _UNSUPPORTED_DATA = 1003
+_PROTOCOL_ERROR = 1002
+_MAY_ANSWER_CLOSE = (ConnectionState.OPEN, ConnectionState.REMOTE_CLOSING)
+_REQUEST_END = re.compile(b"\n\r?\n")
+"""Where h11 ends an HTTP request head (the first blank line; a GET upgrade has no body)."""
+MAX_REQUEST_BYTES = 16384
+"""h11's own limit on an incomplete request head; what we keep of the bytes before it."""
 
 
 class WebSocketTransport:
@@ -88,6 +98,7 @@ class WebSocketProtocol(asyncio.Protocol):
         self.ws = WSConnection(ConnectionType.SERVER)
         self._transport: asyncio.Transport | None = None
         self._upgraded = False
+        self._head = b""
         self._inner_transport = WebSocketTransport(self)
 
     # -- towards the socket -------------------------------------------------------------
@@ -105,26 +116,71 @@ class WebSocketProtocol(asyncio.Protocol):
             self.abort()
 
     def data_received(self, data: bytes) -> None:
+        if not self._upgraded:
+            self._handshake_received(data)
+            return
+        ws = self.ws
+        try:
+            ws.receive_data(data)
+            self._handle(ws.events())
+        except RemoteProtocolError as error:
+            self._remote_error(error)
+        except LocalProtocolError as error:  # an event we may no longer answer: close
+            log.info("websocket error with %s: %s", self.inner.peer, error)
+            self._close_transport()
+
+    def _handshake_received(self, data: bytes) -> None:
+        """Bytes before the upgrade: the request, perhaps followed by the first frames."""
+        head = self._head + data
+        self._head = head[:MAX_REQUEST_BYTES]
         try:
             self.ws.receive_data(data)
             for event in self.ws.events():
-                if isinstance(event, BytesMessage):
-                    self.inner.data_received(bytes(event.data))
-                elif isinstance(event, Request):
+                if isinstance(event, Request):
                     self._upgrade(event)
-                elif isinstance(event, Ping):
-                    self._send(self.ws.send(event.response()))
-                elif isinstance(event, CloseConnection):
-                    if self.ws.state is not ConnectionState.CLOSED:
-                        self._send(self.ws.send(event.response()))
-                    self._close_transport()
-                elif isinstance(event, TextMessage):
-                    self.close_websocket(_UNSUPPORTED_DATA)
+                    break
         except RemoteProtocolError as error:
-            log.info("websocket error from %s: %s", self.inner.peer, error)
-            if error.event_hint is not None:
-                self._send(self.ws.send(error.event_hint))
-            self._close_transport()
+            self._remote_error(error)
+            return
+        if not self._upgraded:
+            return
+        self._head = b""
+        end = _REQUEST_END.search(head)
+        after = head[end.end() :] if end is not None else b""
+        if after:  # frames that came in the same read as the request (one client write)
+            self.data_received(after)
+
+    def _handle(self, events: Iterable[Event]) -> None:
+        inner = self.inner
+        for event in events:
+            if isinstance(event, BytesMessage):
+                if event.data:  # a zero-length message (an empty-payload PUBLISH's frame)
+                    inner.data_received(bytes(event.data))
+            elif isinstance(event, Ping):
+                if self.ws.state is ConnectionState.OPEN:
+                    self._send(self.ws.send(event.response()))
+            elif isinstance(event, CloseConnection):
+                # OPEN: wsproto's report of a frame it could not parse (code 1002, 1007...)
+                if self.ws.state in _MAY_ANSWER_CLOSE:
+                    self._send(self.ws.send(event.response()))
+                self._close_transport()
+                return
+            elif isinstance(event, TextMessage):
+                self.close_websocket(_UNSUPPORTED_DATA)
+                return
+            if self.transport_closing():
+                return  # nothing after a close (by the MQTT side or a refused frame) counts
+
+    def _remote_error(self, error: RemoteProtocolError) -> None:
+        log.info("websocket error from %s: %s", self.inner.peer, error)
+        hint = error.event_hint
+        if isinstance(hint, CloseConnection):
+            self.close_websocket(hint.code)
+            return
+        if hint is not None and self.ws.state is ConnectionState.CONNECTING:
+            with contextlib.suppress(LocalProtocolError):
+                self._send(self.ws.send(hint))
+        self._close_transport()
 
     def _upgrade(self, request: Request) -> None:
         path = request.target.split("?", 1)[0]
