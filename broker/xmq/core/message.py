@@ -7,8 +7,6 @@ the packet id of each subscriber is put between ``head`` and ``tail`` at write t
 
 from __future__ import annotations
 
-import math
-
 from xmq.codec.packets import MQTT_5
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode_publish_parts
@@ -43,6 +41,8 @@ class Message:
         "topic",
     )
 
+    expires_at: int | None
+    """Broker-clock second at which the message expires (``None``: never)."""
     forward_id: str
     """Cluster only, unset until the message crosses a node link: see :func:`forward_id_of`."""
 
@@ -66,14 +66,17 @@ class Message:
         self.retain = retain
         self.origin = origin
         self.size = len(payload) + len(topic)
-        expires_at: float | None = None
+        expires_at: int | None = None
         if properties is not None:
             # Only the properties a subscriber may see are kept (never the alias or the
             # publisher's subscription identifiers).
             properties.topic_alias = None
             properties.subscription_identifiers = None
             if properties.message_expiry_interval is not None:
-                expires_at = now + properties.message_expiry_interval
+                # An integer deadline (whole seconds of the broker clock, rounded down: never
+                # late): the remaining interval is then integer arithmetic and never exceeds
+                # what was sent (MQTT-3.3.2-6); float ``now + 3600 - now`` can give 3601.
+                expires_at = int(now) + properties.message_expiry_interval
             if properties.is_empty():
                 properties = None
         self.properties = properties
@@ -103,7 +106,7 @@ class Message:
             key = protocol_version << 3 | qos << 1 | retain
         else:
             if self.expires_at is not None:
-                remaining = max(1, math.ceil(self.expires_at - now))
+                remaining = max(1, self.expires_at - int(now))
             key = (qos, retain, subscription_ids, alias, send_topic, remaining)
         variant = self._variants.get(key)
         if variant is None:

@@ -190,6 +190,6 @@ class RedisRetainedSync:
             return False
         message = Message(topic, payload, record.qos, True, properties, None, now)
         if remaining is not None:
-            message.expires_at = now + remaining
+            message.expires_at = int(now + remaining)
         self.retained.set(topic, message)
         return True
