@@ -12,11 +12,12 @@ from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.held_acks import AckGate
 from xmq.core.message import EncodedPublish, Message
-from xmq.routing.topics import TopicError, validate_topic_name
+from xmq.routing.topics import TopicError, has_wildcard, validate_topic_name
 
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
     from xmq.core.session import Session
+    from xmq.core.stats import BrokerStats
 
 _PUBACK = b"\x40\x02"
 _PUBREC = b"\x50\x02"
@@ -48,6 +49,10 @@ def on_publish(conn: ClientConnection, packet: Publish) -> None:
                 topic = conn.in_aliases.resolve(topic, props.topic_alias)
             if props.subscription_identifiers:
                 conn.close_with(ReasonCode.PROTOCOL_ERROR, "subscription identifier in PUBLISH")
+                return
+            response_topic = props.response_topic
+            if response_topic is not None and has_wildcard(response_topic):  # MQTT-3.3.2-14
+                conn.close_with(ReasonCode.PROTOCOL_ERROR, "wildcard in the response topic")
                 return
             if props.payload_format_indicator == 1:
                 try:
@@ -126,6 +131,7 @@ def route_publish(
     if qos and (gate := broker.acks) is not None:  # None without a cluster
         _route_held(conn, gate, session, message, packet_id, received & _SAMPLE_MASK == 1)
         return
+    quota_drops = stats.quota_drops
     if received & _SAMPLE_MASK != 1:
         delivered = broker.publish(message)
     else:
@@ -136,10 +142,20 @@ def route_publish(
         if delivered:
             conn.link.write(_ACK_HEAD.pack(0x40, 2, packet_id))
         else:
-            _ack(conn, _PUBACK, packet_id, ReasonCode.NO_MATCHING_SUBSCRIBERS)
+            _ack(conn, _PUBACK, packet_id, _undelivered_reason(stats, quota_drops))
     elif qos == 2:
-        session.inbound_for_update().add(packet_id)
-        _ack(conn, _PUBREC, packet_id, 0 if delivered else ReasonCode.NO_MATCHING_SUBSCRIBERS)
+        reason = 0 if delivered else _undelivered_reason(stats, quota_drops)
+        if reason < 0x80:  # a PUBREC >= 0x80 ends the exchange: no PUBREL will come
+            session.inbound_for_update().add(packet_id)
+        _ack(conn, _PUBREC, packet_id, reason)
+
+
+def _undelivered_reason(stats: BrokerStats, quota_drops_before: int) -> int:
+    """The ack's reason for a PUBLISH delivered nowhere: 0x97 when deliveries were dropped
+    for a quota (a full queue is not "no matching subscribers"), else 0x10."""
+    if stats.quota_drops != quota_drops_before:
+        return ReasonCode.QUOTA_EXCEEDED
+    return ReasonCode.NO_MATCHING_SUBSCRIBERS
 
 
 def _route_held(
@@ -155,6 +171,7 @@ def _route_held(
     qos = message.qos
     held = gate.begin(conn, session.client_id, qos, packet_id)
     broker = conn.broker
+    quota_drops = broker.stats.quota_drops
     store = broker.store
     if store is not None:
         store.hold = held  # the local records of this message hold the ack
@@ -171,7 +188,13 @@ def _route_held(
         if store is not None:
             store.hold = None
     if not delivered:
-        held.reason = ReasonCode.NO_MATCHING_SUBSCRIBERS
+        # QoS 2 here has its packet id recorded already (PUBREC 0x97 would end the exchange
+        # with the id still held): it keeps 0x10; its drops are counted all the same.
+        held.reason = (
+            _undelivered_reason(broker.stats, quota_drops)
+            if qos == 1
+            else ReasonCode.NO_MATCHING_SUBSCRIBERS
+        )
     held.release()  # routing is over: the ack goes now unless records are still unwritten
 
 

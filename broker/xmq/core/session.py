@@ -245,10 +245,10 @@ class Session:
         if len(self.queue) >= limits.max_messages or self.queued_bytes + size > (
             limits.max_session_bytes
         ):
-            stats.drop("queue_full")
+            stats.drop_for_quota("queue_full")
             return False
         if stats.queued_bytes + size > limits.budget_bytes:
-            stats.drop("memory_budget")
+            stats.drop_for_quota("memory_budget")
             return False
         self.queue_for_append().append(delivery)
         self.queued_bytes += size

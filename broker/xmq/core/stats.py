@@ -57,6 +57,7 @@ class BrokerStats:
         "messages_received",
         "messages_sent",
         "publish_denied",
+        "quota_drops",
         "queued_bytes",
         "received_by_qos",
         "received_bytes_by_qos",
@@ -79,6 +80,9 @@ class BrokerStats:
         self.messages_dropped = 0
         self.messages_expired = 0
         self.publish_denied = 0
+        self.quota_drops = 0
+        """Deliveries dropped for a quota (a full session queue, the memory budget): a
+        QoS 1/2 PUBLISH all of whose deliveries were is answered 0x97, not 0x10."""
         self.queued_bytes = 0
         self.refused_by_reason: dict[int, int] = {}
         """CONNACK refusals by reason code (0x86/0x87: authentication, 0x97: quota, ...)."""
@@ -103,3 +107,8 @@ class BrokerStats:
         """Count one message dropped (a rare event: the dict costs nothing on the hot path)."""
         self.messages_dropped += 1
         self.dropped_by_reason[reason] = self.dropped_by_reason.get(reason, 0) + 1
+
+    def drop_for_quota(self, reason: str) -> None:
+        """Count one delivery dropped because a quota was exceeded."""
+        self.quota_drops += 1
+        self.drop(reason)
