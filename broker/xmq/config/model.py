@@ -116,8 +116,9 @@ class ListenerConfig(Section):
     connect_timeout_s: float = Field(
         default=10.0,
         ge=0,
-        description="Seconds a new connection may take for its TLS handshake, its WebSocket "
-        "upgrade and its CONNECT, each, before it is dropped (0: no limit).",
+        description="Seconds a new connection may take for its PROXY header, its TLS "
+        "handshake, its WebSocket upgrade and its CONNECT, each, before it is dropped (0: no "
+        "limit; the PROXY header then gets 5).",
     )
 
     @model_validator(mode="before")

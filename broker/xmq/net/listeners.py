@@ -21,7 +21,7 @@ from xmq.core.connection_states import AWAIT_CONNECT
 from xmq.net.admission import ListenerGate, RefusedClientProtocol
 from xmq.net.certificate_auth import CertificateUserAuthenticator
 from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol
-from xmq.net.proxy_accept import ProxyProtocolServer
+from xmq.net.proxy_accept import HEADER_TIMEOUT_S, ProxyProtocolServer
 from xmq.net.publish_throttle import ThrottledClientProtocol
 from xmq.net.tls_contexts import (
     CertificateWatcher,
@@ -128,7 +128,12 @@ class ListenerSet:
                     ssl_handshake_timeout=handshake_s,
                 )
 
-            proxy_server = ProxyProtocolServer(sock, spec.proxy_protocol == "required", handoff)
+            proxy_server = ProxyProtocolServer(
+                sock,
+                spec.proxy_protocol == "required",
+                handoff,
+                spec.connect_timeout_s or HEADER_TIMEOUT_S,
+            )
             proxy_server.start()
             self._proxy_servers.append(proxy_server)
             sockets = [sock]

@@ -1,9 +1,14 @@
 """Accepting connections that start with a PROXY protocol header.
 
-The listener accepts sockets itself, peeks at the first bytes until the header is complete,
-consumes exactly the header, then hands the socket (and the real client address) to the
-event loop as an ordinary accepted connection — with TLS when the listener has it, since
-the header comes before the TLS handshake.
+The listener accepts sockets itself, reads the header — exactly its bytes, nothing after
+them — then hands the socket (and the real client address) to the event loop as an ordinary
+accepted connection, with TLS when the listener has it, since the header comes before the
+TLS handshake.
+
+Reading: wait until the socket is readable, peek, consume the peeked bytes that belong to the
+header (``proxy_header.header_part``), wait again. Nothing is left unread in the socket while
+waiting, so a half-sent header costs nothing until its next bytes or its deadline (the
+listener's connect timeout) come: no polling.
 """
 
 from __future__ import annotations
@@ -14,16 +19,12 @@ import logging
 import socket
 from collections.abc import Awaitable, Callable
 
-from xmq.net.proxy_header import (
-    V2_HEADER,
-    ProxyHeaderError,
-    looks_like_proxy_header,
-    parse_proxy_header,
-)
+from xmq.net.proxy_header import ProxyHeaderError, header_part, looks_like_proxy_header
 
 log = logging.getLogger("xmq.net")
 
 HEADER_TIMEOUT_S = 5.0
+"""The header's deadline when the listener has no connect timeout."""
 _PEEK = 4096
 
 Handoff = Callable[[socket.socket, str | None], Awaitable[None]]
@@ -44,44 +45,53 @@ async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> Non
         loop.remove_reader(sock.fileno())
 
 
-async def read_proxy_header(sock: socket.socket, required: bool) -> str | None:
-    """Consume a PROXY header; return the client's ``ip:port`` (``None``: none / LOCAL)."""
+async def read_proxy_header(
+    sock: socket.socket, required: bool, timeout_s: float = HEADER_TIMEOUT_S
+) -> str | None:
+    """Consume a PROXY header; return the client's ``ip:port`` (``None``: none / LOCAL).
+
+    Optional mode: a connection whose first byte can't start a header has no header (nothing
+    is consumed). A first byte that could (``P`` or CR: no MQTT, TLS or HTTP stream starts
+    so) commits the connection to a header.
+    """
     loop = asyncio.get_running_loop()
-    size = _PEEK
-    async with asyncio.timeout(HEADER_TIMEOUT_S):
+    buffered = b""
+    async with asyncio.timeout(timeout_s):
         while True:
             await _readable(loop, sock)
             try:
-                data = sock.recv(size, socket.MSG_PEEK)
+                peeked = sock.recv(_PEEK, socket.MSG_PEEK)
             except BlockingIOError:
                 continue
-            if not data:
+            if not peeked:
                 raise ConnectionError("closed before the PROXY header")
-            verdict = looks_like_proxy_header(data)
-            if verdict is False:
+            if not buffered and looks_like_proxy_header(peeked) is False:
                 if required:
                     raise ProxyHeaderError("connection without the required PROXY header")
                 return None
-            if verdict:
-                if len(data) >= V2_HEADER.size and not data.startswith(b"PROXY"):
-                    size = max(size, V2_HEADER.size + int.from_bytes(data[14:16], "big"))
-                header = parse_proxy_header(data)
-                if header is not None:
-                    sock.recv(header.length)
-                    if header.source is None:
-                        return None
-                    host, port = header.source
-                    return f"{host}:{port}"
-            await asyncio.sleep(0.005)  # a header split over several segments
+            count, header = header_part(buffered, peeked)
+            buffered += sock.recv(count)  # peeked, so there: a non-blocking read of them
+            if header is not None:
+                if header.source is None:
+                    return None
+                host, port = header.source
+                return f"{host}:{port}"
 
 
 class ProxyProtocolServer:
     """Accept loop of one listener with ``proxy_protocol`` on."""
 
-    def __init__(self, sock: socket.socket, required: bool, handoff: Handoff) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        required: bool,
+        handoff: Handoff,
+        timeout_s: float = HEADER_TIMEOUT_S,
+    ) -> None:
         self.sock = sock
         self.required = required
         self.handoff = handoff
+        self.timeout_s = timeout_s
         self._accepting: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
 
@@ -107,7 +117,7 @@ class ProxyProtocolServer:
 
     async def _admit(self, conn: socket.socket) -> None:
         try:
-            peer = await read_proxy_header(conn, self.required)
+            peer = await read_proxy_header(conn, self.required, self.timeout_s)
         except (ProxyHeaderError, ConnectionError, TimeoutError, OSError) as error:
             log.info("refused connection: %s", error)
             conn.close()

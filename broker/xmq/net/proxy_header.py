@@ -1,8 +1,9 @@
 """PROXY protocol v1 (text) and v2 (binary) headers, as sent by load balancers (sans-IO).
 
 ``parse_proxy_header(data)`` looks at the first bytes of a connection and says whether a
-complete header is there, how long it is and which client address it carries. The caller
-(``proxy_accept``) peeks at the socket, so bytes after the header are never consumed here.
+complete header is there, how long it is and which client address it carries.
+``header_part(buffered, peeked)`` says how many newly peeked bytes belong to the header, so
+the caller (``proxy_accept``) consumes exactly the header's bytes, never one after it.
 """
 
 from __future__ import annotations
@@ -48,6 +49,29 @@ def parse_proxy_header(data: bytes) -> ProxyHeader | None:
     if data.startswith(V1_PREFIX):
         return _parse_v1(data)
     raise ProxyHeaderError("no PROXY protocol header")
+
+
+def header_part(buffered: bytes, peeked: bytes) -> tuple[int, ProxyHeader | None]:
+    """``(n, header)``: the first ``n`` bytes of ``peeked`` (read after the header bytes
+    ``buffered``) belong to the header; ``header`` is set once it is complete.
+
+    While the header is incomplete every peeked byte is part of it (a v2 header is longer, a
+    v1 line has no CR LF yet, or the bytes are still a prefix of a signature), so they can be
+    consumed and the socket waited on again. Raises ``ProxyHeaderError`` for bytes that can't
+    be a header.
+    """
+    data = buffered + peeked
+    verdict = looks_like_proxy_header(data)
+    if verdict is False:
+        raise ProxyHeaderError("no PROXY protocol header")
+    if verdict is None:
+        return len(peeked), None
+    header = parse_proxy_header(data)
+    if header is None:
+        if len(data) > MAX_HEADER_LENGTH:
+            raise ProxyHeaderError("PROXY header too long")
+        return len(peeked), None
+    return header.length - len(buffered), header
 
 
 def _parse_v1(data: bytes) -> ProxyHeader | None:

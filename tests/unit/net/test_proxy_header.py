@@ -10,6 +10,7 @@ from xmq.net.proxy_header import (
     ProxyHeaderError,
     encode_v1,
     encode_v2,
+    header_part,
     looks_like_proxy_header,
     parse_proxy_header,
 )
@@ -76,3 +77,43 @@ def test_mqtt_bytes_are_not_a_header() -> None:
 def test_invalid_headers_are_refused(data: bytes) -> None:
     with pytest.raises(ProxyHeaderError):
         parse_proxy_header(data)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        encode_v1(("203.0.113.7", 5555), ("10.0.0.1", 1884)),
+        encode_v2(("2001:db8::9", 1), ("2001:db8::1", 1884)),
+        b"PROXY UNKNOWN\r\n",
+    ],
+    ids=["v1", "v2", "v1-unknown"],
+)
+def test_header_part_consumes_exactly_the_header_byte_by_byte(header: bytes) -> None:
+    """What the reader consumes from the socket: each byte alone, never one after the header."""
+    stream = header + CONNECT_START
+    buffered = b""
+    found = None
+    for at in range(len(stream)):
+        count, found = header_part(buffered, stream[at : at + 1])
+        buffered += stream[at : at + count]
+        if found is not None:
+            break
+    assert buffered == header
+    assert found == parse_proxy_header(header)
+
+
+def test_header_part_takes_every_peeked_byte_of_an_incomplete_header() -> None:
+    header = encode_v2(("192.0.2.1", 1000), ("192.0.2.2", 1884))
+    assert header_part(b"", header[:20]) == (20, None)
+    count, found = header_part(header[:20], header[20:] + CONNECT_START)
+    assert count == len(header) - 20 and found is not None
+
+
+@pytest.mark.parametrize(
+    ("buffered", "peeked"),
+    [(b"", CONNECT_START), (b"PRO", b"BE"), (b"PROXY TCP4 " + b"1" * 120, b"1")],
+    ids=["mqtt", "not-proxy", "v1-too-long"],
+)
+def test_header_part_refuses_what_cannot_be_a_header(buffered: bytes, peeked: bytes) -> None:
+    with pytest.raises(ProxyHeaderError):
+        header_part(buffered, peeked)
