@@ -51,8 +51,10 @@ def on_publish(conn: ClientConnection, packet: Publish) -> None:
                 conn.close_with(ReasonCode.PROTOCOL_ERROR, "subscription identifier in PUBLISH")
                 return
             response_topic = props.response_topic
-            if response_topic is not None and has_wildcard(response_topic):  # MQTT-3.3.2-14
-                conn.close_with(ReasonCode.PROTOCOL_ERROR, "wildcard in the response topic")
+            if response_topic is not None and (
+                not response_topic or has_wildcard(response_topic)
+            ):  # a topic name: no wildcards (MQTT-3.3.2-14), one character at least (4.7.3-1)
+                conn.close_with(ReasonCode.PROTOCOL_ERROR, "response topic is no topic name")
                 return
             if props.payload_format_indicator == 1:
                 try:

@@ -49,16 +49,79 @@ def _closing_reason(raw: RawClient) -> int | None:
     return disconnects[-1].reason_code if disconnects else None
 
 
-@pytest.mark.parametrize("response_topic", ["reply/+", "reply/#", "#", "a/+/b"])
+@pytest.mark.parametrize("response_topic", ["reply/+", "reply/#", "#", "a/+/b", ""])
 def test_response_topic_with_wildcards_is_a_protocol_error(
     broker: BrokerProcess, uid: str, response_topic: str
 ) -> None:
-    """[MQTT-3.3.2-14] The Response Topic MUST NOT contain wildcard characters."""
+    """[MQTT-3.3.2-14] The Response Topic MUST NOT contain wildcard characters; it is a Topic
+    Name, so it is one character long at least [MQTT-4.7.3-1]."""
     raw = _connected(broker.port, uid)
     try:
         props = Properties(response_topic=response_topic, correlation_data=b"c")
         raw.send_packet(Publish(f"{uid}/req", b"x", qos=1, packet_id=3, properties=props))
         assert _closing_reason(raw) == 0x82
+    finally:
+        raw.close()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\x38\x05\x00\x01t\x00x", 0x81),  # [MQTT-3.3.1-2] DUP set on QoS 0
+        (b"\x30\x06\x00\x02\xff\xfe\x00x", 0x81),  # [MQTT-3.3.2-1] [MQTT-1.5.4-1] not UTF-8
+        (b"\x30\x06\x00\x02a\x00\x00x", 0x81),  # [MQTT-1.5.4-2] U+0000 in the topic
+        (b"\x32\x06\x00\x01t\x00\x00\x00", 0x81),  # [MQTT-2.2.1-3] QoS 1 with packet id 0
+        (b"\x30\x09\x00\x01t\x04\x08\x00\x01\xffx", 0x81),  # [MQTT-3.3.2-13] not UTF-8
+        (b"\x30\x07\x00\x01t\x02\x01\x02x", 0x82),  # Payload Format Indicator 2
+        (b"\x30\x0d\x00\x01t\x08\x08\x00\x01a\x08\x00\x01bx", 0x82),  # Response Topic twice
+        (b"\x30\x0d\x00\x01t\x08\x03\x00\x01a\x03\x00\x01bx", 0x82),  # Content Type twice
+        (b"\x30\x0d\x00\x01t\x08\x09\x00\x01a\x09\x00\x01bx", 0x82),  # Correlation twice
+        (b"\x30\x08\x00\x01t\x03\x23\x00\x00x", 0x94),  # [MQTT-3.3.2-8] Topic Alias 0
+        (b"\x80\x07\x00\x01\x00\x00\x01t\x00", 0x81),  # [MQTT-3.8.1-1] SUBSCRIBE flags
+        (b"\x82\x03\x00\x01\x00", 0x82),  # [MQTT-3.8.3-2] SUBSCRIBE without a filter
+        (b"\x82\x07\x00\x01\x00\x00\x01t\xc0", 0x81),  # [MQTT-3.8.3-5] reserved bits
+        (b"\x82\x07\x00\x01\x00\x00\x01t\x30", 0x82),  # Retain Handling 3
+        (b"\x82\x07\x00\x01\x00\x00\x01t\x03", 0x82),  # Maximum QoS 3 requested
+        (b"\x82\x09\x00\x01\x02\x0b\x00\x00\x01t\x00", 0x82),  # Subscription Identifier 0
+        (b"\x82\x0b\x00\x01\x04\x0b\x01\x0b\x02\x00\x01t\x00", 0x82),  # identifier twice
+        (b"\x82\x07\x00\x00\x00\x00\x01t\x00", 0x81),  # [MQTT-2.2.1-3] packet id 0
+        (b"\x82\x07\x00\x01\x00\x00\x01\xff\x00", 0x81),  # [MQTT-3.8.3-1] filter not UTF-8
+        (b"\xa0\x06\x00\x01\x00\x00\x01t", 0x81),  # [MQTT-3.10.1-1] UNSUBSCRIBE flags
+        (b"\xa2\x03\x00\x01\x00", 0x82),  # [MQTT-3.10.3-2] UNSUBSCRIBE without a filter
+    ],
+    ids=[
+        "dup-on-qos0",
+        "topic-not-utf8",
+        "topic-nul",
+        "publish-packet-id-0",
+        "response-topic-not-utf8",
+        "payload-format-2",
+        "response-topic-twice",
+        "content-type-twice",
+        "correlation-data-twice",
+        "topic-alias-0",
+        "subscribe-flags",
+        "subscribe-empty",
+        "subscribe-reserved-bits",
+        "retain-handling-3",
+        "subscribe-qos-3",
+        "subscription-identifier-0",
+        "subscription-identifier-twice",
+        "subscribe-packet-id-0",
+        "filter-not-utf8",
+        "unsubscribe-flags",
+        "unsubscribe-empty",
+    ],
+)
+def test_publish_and_subscribe_rules(
+    broker: BrokerProcess, uid: str, data: bytes, reason: int
+) -> None:
+    """Bad PUBLISH / SUBSCRIBE / UNSUBSCRIBE bytes: DISCONNECT with the reason, then closed
+    (0x81 Malformed Packet, 0x82 Protocol Error, 0x94 Topic Alias invalid)."""
+    raw = _connected(broker.port, uid)
+    try:
+        raw.send(data)
+        assert _closing_reason(raw) == reason
     finally:
         raw.close()
 
