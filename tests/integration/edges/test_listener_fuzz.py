@@ -156,6 +156,16 @@ def _mutated_mqtt(rng: random.Random) -> bytes:
     return bytes(data[: rng.randrange(1, len(data) + 1)])
 
 
+def test_tcp_fuzz(fuzzed: tuple[BrokerProcess, Path], uid: str) -> None:
+    """Mutated MQTT straight over TCP, cut anywhere (the codec's own fuzz, on a socket)."""
+    broker, ca_file = fuzzed
+    rng = random.Random(1620)
+    for _ in range(200):
+        with _open(broker.port, None) as sock:
+            _send(sock, random_splits(rng, _mutated_mqtt(rng)))
+    _assert_healthy(broker, ca_file, uid)
+
+
 def test_tls_fuzz(fuzzed: tuple[BrokerProcess, Path], uid: str) -> None:
     """Mutated MQTT inside TLS, and garbage or a cut-off handshake in place of TLS."""
     broker, ca_file = fuzzed
