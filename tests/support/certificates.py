@@ -19,6 +19,10 @@ class IssuedPair:
     key_file: Path
     serial: int
 
+    def tls_yaml(self) -> str:
+        """The pair as a listener's ``tls`` mapping in flow YAML."""
+        return f"{{cert_file: {self.cert_file}, key_file: {self.key_file}}}"
+
 
 def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])

@@ -5,8 +5,12 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from tests.support.broker_process import BrokerProcess
+from tests.support.certificates import TestCertificateAuthority
 
 
 def wait_port(process: BrokerProcess, name: str, timeout: float = 10.0) -> int:
@@ -20,6 +24,38 @@ def wait_port(process: BrokerProcess, name: str, timeout: float = 10.0) -> int:
             break
         time.sleep(0.02)
     raise RuntimeError(f"listener {name} did not start; log:\n{process.log()}")
+
+
+@contextmanager
+def listening_broker(config_yaml: str, last_listener: str) -> Iterator[BrokerProcess]:
+    """A broker process with every listener bound (``last_listener``: the last one's name)."""
+    process = BrokerProcess(config_yaml)
+    try:
+        wait_port(process, last_listener)
+        yield process
+    finally:
+        process.stop()
+
+
+@contextmanager
+def websocket_broker(directory: Path) -> Iterator[tuple[BrokerProcess, Path]]:
+    """A broker with listeners ``mqtt`` (tcp), ``ws`` at ``/mqtt`` and ``wss`` at ``/secure``
+    (a certificate of a test CA made in ``directory``); yields it and the CA file."""
+    ca = TestCertificateAuthority(directory)
+    server = ca.issue("xmq server", "server")
+    config = (
+        "listeners:\n"
+        "  - {name: mqtt, protocol: tcp}\n"
+        "  - {name: ws, protocol: ws, host: 127.0.0.1, port: 0, ws_path: /mqtt}\n"
+        "  - name: wss\n"
+        "    protocol: wss\n"
+        "    host: 127.0.0.1\n"
+        "    port: 0\n"
+        "    ws_path: /secure\n"
+        f"    tls: {server.tls_yaml()}\n"
+    )
+    with listening_broker(config, "wss") as process:
+        yield process, ca.ca_file
 
 
 def http(port: int, path: str, method: str = "GET") -> tuple[int, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from xmq.codec.packets import MQTT_5, Connack, Connect, Packet, Will
+from xmq.codec.packets import MQTT_5, Connack, Connect, Disconnect, Packet, Will
 from xmq.codec.properties import Properties
 from xmq.codec.reader import PacketReader
 from xmq.codec.writer import encode
@@ -76,3 +76,30 @@ class RawClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def connected(
+    port: int, client_id: str, version: int = MQTT_5, properties: Properties | None = None
+) -> RawClient:
+    """A raw client whose CONNECT was accepted."""
+    raw = RawClient(port, version=version)
+    ack = raw.connect(client_id, properties=properties)
+    assert ack.reason_code == 0, ack
+    return raw
+
+
+def closing_reason(raw: RawClient) -> int | None:
+    """The DISCONNECT reason the broker sent before closing (None: closed silently)."""
+    packets = raw.read_until_closed(timeout=10)
+    disconnects = [p for p in packets if isinstance(p, Disconnect)]
+    return disconnects[-1].reason_code if disconnects else None
+
+
+def disconnect_reason_for(port: int, client_id: str, data: bytes) -> int | None:
+    """Connect, send ``data``: the DISCONNECT reason the broker closed with (None: silently)."""
+    raw = connected(port, client_id)
+    try:
+        raw.send(data)
+        return closing_reason(raw)
+    finally:
+        raw.close()

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.raw_client import RawClient
+from tests.support.raw_client import RawClient, closing_reason, connected
 from xmq.codec.packets import (
     Connack,
     Connect,
@@ -26,20 +26,6 @@ from xmq.codec.properties import Properties
 from xmq.codec.writer import encode
 
 StartBroker = Callable[..., BrokerProcess]
-
-
-def _connected(port: int, client_id: str, version: int = 5) -> RawClient:
-    raw = RawClient(port, version=version)
-    ack = raw.connect(client_id)
-    assert ack.reason_code == 0
-    return raw
-
-
-def _closing_reason(raw: RawClient) -> int | None:
-    """The DISCONNECT reason the broker sent before closing (None: closed silently)."""
-    packets = raw.read_until_closed(timeout=10)
-    disconnects = [p for p in packets if isinstance(p, Disconnect)]
-    return disconnects[-1].reason_code if disconnects else None
 
 
 def test_first_packet_must_be_connect(broker: BrokerProcess) -> None:
@@ -76,25 +62,25 @@ def test_malformed_connect_is_refused_and_closed(broker: BrokerProcess) -> None:
 
 
 def test_second_connect_is_a_protocol_error(broker: BrokerProcess, uid: str) -> None:
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         raw.send_packet(Connect(client_id=uid))
-        assert _closing_reason(raw) == 0x82
+        assert closing_reason(raw) == 0x82
     finally:
         raw.close()
 
 
 def test_qos3_publish_is_malformed(broker: BrokerProcess, uid: str) -> None:
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         raw.send(b"\x36\x06\x00\x01a\x00\x01\x00")
-        assert _closing_reason(raw) == 0x81
+        assert closing_reason(raw) == 0x81
     finally:
         raw.close()
 
 
 def test_mqtt311_violation_closes_without_disconnect(broker: BrokerProcess, uid: str) -> None:
-    raw = _connected(broker.port, uid, version=4)
+    raw = connected(broker.port, uid, version=4)
     try:
         raw.send(b"\x36\x05\x00\x01a\x00\x01")
         assert raw.read_until_closed() == []
@@ -104,17 +90,17 @@ def test_mqtt311_violation_closes_without_disconnect(broker: BrokerProcess, uid:
 
 def test_packet_too_large(start_broker: StartBroker, uid: str) -> None:
     broker = start_broker(XMQ_MQTT__MAX_PACKET_SIZE="1024")
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         raw.send_packet(Publish(f"{uid}/big", b"x" * 2000, qos=0))
-        assert _closing_reason(raw) == 0x95
+        assert closing_reason(raw) == 0x95
     finally:
         raw.close()
 
 
 def test_receive_maximum_exceeded(start_broker: StartBroker, uid: str) -> None:
     broker = start_broker(XMQ_MQTT__RECEIVE_MAXIMUM="2")
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         for packet_id in (1, 2, 3):  # QoS 2, never released
             raw.send_packet(Publish(f"{uid}/t", b"x", qos=2, packet_id=packet_id))
@@ -134,19 +120,19 @@ def test_receive_maximum_exceeded(start_broker: StartBroker, uid: str) -> None:
 def test_topic_alias_errors(
     broker: BrokerProcess, uid: str, topic: str, alias: int, reason: int
 ) -> None:
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         props = Properties()
         props.topic_alias = alias
         raw.send_packet(Publish(topic, b"x", qos=0, properties=props))
-        assert _closing_reason(raw) == reason
+        assert closing_reason(raw) == reason
     finally:
         raw.close()
 
 
 def test_topic_alias_inbound_resolves(broker: BrokerProcess, uid: str) -> None:
-    sub = _connected(broker.port, f"{uid}-s")
-    pub = _connected(broker.port, f"{uid}-p")
+    sub = connected(broker.port, f"{uid}-s")
+    pub = connected(broker.port, f"{uid}-p")
     try:
         sub.send_packet(Subscribe(1, [SubscriptionRequest(f"{uid}/a", 1)]))
         assert isinstance(sub.read_packet(), Suback)
@@ -167,27 +153,27 @@ def test_topic_alias_inbound_resolves(broker: BrokerProcess, uid: str) -> None:
 
 
 def test_wildcard_in_topic_name(broker: BrokerProcess, uid: str) -> None:
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         raw.send_packet(Publish(f"{uid}/+", b"x", qos=0))
-        assert _closing_reason(raw) == 0x90
+        assert closing_reason(raw) == 0x90
     finally:
         raw.close()
 
 
 def test_subscription_identifier_in_publish(broker: BrokerProcess, uid: str) -> None:
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         props = Properties()
         props.subscription_identifiers = [5]
         raw.send_packet(Publish(f"{uid}/t", b"x", qos=0, properties=props))
-        assert _closing_reason(raw) == 0x82
+        assert closing_reason(raw) == 0x82
     finally:
         raw.close()
 
 
 def test_payload_format_invalid(broker: BrokerProcess, uid: str) -> None:
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         props = Properties()
         props.payload_format_indicator = 1
@@ -200,7 +186,7 @@ def test_payload_format_invalid(broker: BrokerProcess, uid: str) -> None:
 
 
 def test_invalid_filters_and_shared_no_local(broker: BrokerProcess, uid: str) -> None:
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         raw.send_packet(
             Subscribe(
@@ -216,13 +202,13 @@ def test_invalid_filters_and_shared_no_local(broker: BrokerProcess, uid: str) ->
         assert isinstance(ack, Suback)
         assert ack.reason_codes == [0x8F, 2, 0x8F]
         raw.send_packet(Subscribe(2, [SubscriptionRequest(f"$share/g/{uid}", 1, no_local=True)]))
-        assert _closing_reason(raw) == 0x82
+        assert closing_reason(raw) == 0x82
     finally:
         raw.close()
 
 
 def test_reserved_topics_are_not_writable(broker: BrokerProcess, uid: str) -> None:
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         raw.send_packet(Publish("$SYS/broker/fake", b"x", qos=1, packet_id=4))
         ack = raw.read_packet()
@@ -233,7 +219,7 @@ def test_reserved_topics_are_not_writable(broker: BrokerProcess, uid: str) -> No
 
 
 def test_no_matching_subscribers_reason(broker: BrokerProcess, uid: str) -> None:
-    raw = _connected(broker.port, uid)
+    raw = connected(broker.port, uid)
     try:
         raw.send_packet(Publish(f"{uid}/nobody", b"x", qos=1, packet_id=4))
         ack = raw.read_packet()
@@ -254,14 +240,14 @@ def test_malformed_mqtt311_connect_is_closed_without_connack(broker: BrokerProce
 
 
 def test_packets_before_a_malformed_one_are_processed(broker: BrokerProcess, uid: str) -> None:
-    sub = _connected(broker.port, f"{uid}-s")
-    pub = _connected(broker.port, f"{uid}-p")
+    sub = connected(broker.port, f"{uid}-s")
+    pub = connected(broker.port, f"{uid}-p")
     try:
         sub.send_packet(Subscribe(1, [SubscriptionRequest(f"{uid}/t", 0)]))
         assert isinstance(sub.read_packet(), Suback)
         good = Publish(f"{uid}/t", b"before", qos=0)
         pub.send(encode(good, 5) + b"\x36\x06\x00\x01a\x00\x01\x00")  # then QoS 3: malformed
-        assert _closing_reason(pub) == 0x81
+        assert closing_reason(pub) == 0x81
         delivered = sub.read_packet()
         assert isinstance(delivered, Publish) and delivered.payload == b"before"
     finally:

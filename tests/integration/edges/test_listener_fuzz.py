@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.certificates import TestCertificateAuthority
-from tests.support.http_probe import wait_port
+from tests.support.http_probe import listening_broker, wait_port
 from tests.support.paho_client import PahoClient
 from tests.support.ws_frames import (
     OP_BINARY,
@@ -48,7 +48,7 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
     directory = tmp_path_factory.mktemp("fuzz")
     ca = TestCertificateAuthority(directory)
     server = ca.issue("xmq server", "server")
-    tls = f"{{cert_file: {server.cert_file}, key_file: {server.key_file}}}"
+    tls = server.tls_yaml()
     config = (
         "listeners:\n"
         "  - {name: mqtt, protocol: tcp}\n"
@@ -59,12 +59,8 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
         "  - {name: proxy-optional, protocol: tcp, host: 127.0.0.1, port: 0,"
         " proxy_protocol: optional}\n"
     )
-    process = BrokerProcess(config)
-    try:
-        wait_port(process, "proxy-optional")
+    with listening_broker(config, "proxy-optional") as process:
         yield process, ca.ca_file
-    finally:
-        process.stop()
 
 
 def _client_context(ca_file: Path) -> ssl.SSLContext:

@@ -12,7 +12,7 @@ import pytest
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.certificates import TestCertificateAuthority
-from tests.support.http_probe import wait_port
+from tests.support.http_probe import listening_broker, wait_port
 from xmq.codec.packets import MQTT_5, Connack, Connect
 from xmq.codec.reader import PacketReader
 from xmq.codec.writer import encode
@@ -36,14 +36,10 @@ def proxied(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPr
         "    host: 127.0.0.1\n"
         "    port: 0\n"
         "    proxy_protocol: required\n"
-        f"    tls: {{cert_file: {server.cert_file}, key_file: {server.key_file}}}\n"
+        f"    tls: {server.tls_yaml()}\n"
     )
-    process = BrokerProcess(config)
-    try:
-        wait_port(process, "tls")
+    with listening_broker(config, "tls") as process:
         yield process, ca.ca_file
-    finally:
-        process.stop()
 
 
 def _connect_packet(client_id: str, username: str | None) -> bytes:

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.certificates import TestCertificateAuthority
-from tests.support.http_probe import metric, wait_port
+from tests.support.http_probe import metric, wait_port, websocket_broker
 from tests.support.paho_client import PahoClient
 
 pytestmark = pytest.mark.integration
@@ -21,25 +20,8 @@ StartBroker = Callable[..., BrokerProcess]
 @pytest.fixture(scope="module")
 def ws_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, Path]]:
     directory = tmp_path_factory.mktemp("wss")
-    ca = TestCertificateAuthority(directory)
-    server = ca.issue("xmq server", "server")
-    config = (
-        "listeners:\n"
-        "  - {name: mqtt, protocol: tcp}\n"
-        "  - {name: ws, protocol: ws, host: 127.0.0.1, port: 0, ws_path: /mqtt}\n"
-        "  - name: wss\n"
-        "    protocol: wss\n"
-        "    host: 127.0.0.1\n"
-        "    port: 0\n"
-        "    ws_path: /secure\n"
-        f"    tls: {{cert_file: {server.cert_file}, key_file: {server.key_file}}}\n"
-    )
-    process = BrokerProcess(config)
-    try:
-        wait_port(process, "wss")
-        yield process, ca.ca_file
-    finally:
-        process.stop()
+    with websocket_broker(directory) as started:
+        yield started
 
 
 def _ws_client(port: int, client_id: str, path: str, ca_file: Path | None = None) -> PahoClient:

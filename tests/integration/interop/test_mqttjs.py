@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.certificates import TestCertificateAuthority
-from tests.support.http_probe import wait_port
+from tests.support.http_probe import wait_port, websocket_broker
 
 pytestmark = pytest.mark.integration
 
@@ -33,25 +32,8 @@ def interop_broker(
     assert node is not None, "node is missing: run scripts/setup-system"
     assert (SCRIPT_DIR / "node_modules" / "mqtt").is_dir(), "run scripts/setup-node"
     directory = tmp_path_factory.mktemp("mqttjs")
-    ca = TestCertificateAuthority(directory)
-    server = ca.issue("xmq server", "server")
-    config = (
-        "listeners:\n"
-        "  - {name: mqtt, protocol: tcp}\n"
-        "  - {name: ws, protocol: ws, host: 127.0.0.1, port: 0, ws_path: /mqtt}\n"
-        "  - name: wss\n"
-        "    protocol: wss\n"
-        "    host: 127.0.0.1\n"
-        "    port: 0\n"
-        "    ws_path: /mqtt\n"
-        f"    tls: {{cert_file: {server.cert_file}, key_file: {server.key_file}}}\n"
-    )
-    process = BrokerProcess(config)
-    try:
-        wait_port(process, "wss")
-        yield process, ca.ca_file
-    finally:
-        process.stop()
+    with websocket_broker(directory) as started:
+        yield started
 
 
 def _run(url: str, version: int, uid: str, ca: Path | None) -> dict[str, Any]:
@@ -78,7 +60,8 @@ def test_mqttjs_scenario(
     if transport == "tcp":
         url = f"mqtt://127.0.0.1:{broker.port}"
     else:
-        url = f"{transport}://127.0.0.1:{wait_port(broker, transport)}/mqtt"
+        path = "/secure" if transport == "wss" else "/mqtt"
+        url = f"{transport}://127.0.0.1:{wait_port(broker, transport)}{path}"
     report = _run(url, version, uid, ca_file if transport == "wss" else None)
     ok = 0
     nobody = 0x10 if version == 5 else 0  # retained, but no subscriber matched (3.1.1: none)
