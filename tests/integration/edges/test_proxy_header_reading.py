@@ -24,8 +24,10 @@ from xmq.net.proxy_header import encode_v1, encode_v2
 
 pytestmark = pytest.mark.integration
 
-DEADLINE_S = 3.0
+DEADLINE_S = 8.0
 HALF_OPEN = 1000
+QUIET_CPU_S = 0.1
+"""CPU seconds the broker may use in half a second with 1,000 half-sent headers open."""
 
 
 @pytest.fixture(scope="module")
@@ -123,8 +125,6 @@ def test_half_sent_headers_cost_nothing_and_die_at_the_deadline(
             sock = socket.create_connection(("127.0.0.1", port), timeout=5)
             sock.sendall(halves[n % len(halves)])
             sockets.append(sock)
-        time.sleep(0.3)  # let the broker accept and read them all
-        before = _cpu_seconds(broker.proc.pid)
         # a well-behaved client on another listener meanwhile
         started = time.monotonic()
         raw = RawClient(broker.port)
@@ -134,12 +134,16 @@ def test_half_sent_headers_cost_nothing_and_die_at_the_deadline(
             assert isinstance(ack, Connack) and ack.reason_code == 0x86  # answered (anonymous)
         finally:
             raw.close()
-        connack_s = time.monotonic() - started
-        time.sleep(1.0)
-        used = _cpu_seconds(broker.proc.pid) - before
-        # polling 1,000 sockets (the old peek-and-sleep loop) used a whole core here
-        assert used < 0.25, f"{used:.2f} CPU seconds in {time.monotonic() - started:.1f} s"
-        assert connack_s < 1.0, connack_s
+        assert time.monotonic() - started < 1.0
+        # Once the broker has accepted and read them, the half headers cost no CPU: a quiet
+        # half second must come (polling them, the old reader used a core all along).
+        windows: list[float] = []
+        while len(windows) < 6 and (not windows or min(windows) >= QUIET_CPU_S):
+            before = _cpu_seconds(broker.proc.pid)
+            time.sleep(0.5)
+            windows.append(_cpu_seconds(broker.proc.pid) - before)
+        assert time.monotonic() - opened < DEADLINE_S - 1, "measured after the deadline"
+        assert min(windows) < QUIET_CPU_S, f"CPU seconds per half second: {windows}"
         assert _all_closed_by_server(sockets, DEADLINE_S + 15)
         assert time.monotonic() - opened >= DEADLINE_S  # not before the deadline
     finally:
