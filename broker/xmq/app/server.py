@@ -13,11 +13,11 @@ from pydantic import ValidationError
 from xmq import __version__
 from xmq.app.cluster_runtime import ClusterRuntime, redis_url_of
 from xmq.app.node_endpoint import NodeEndpoint, cluster_member_check, database_check
+from xmq.app.preflight import StartupError, check_startup
 from xmq.app.supervisor import Supervisor, follow_supervisor
 from xmq.app.worker_plan import worker_config, worker_count, worker_index
 from xmq.auth.file_accounts import FileAccounts
 from xmq.auth.postgres_accounts import PostgresAccounts, PostgresAccountsConfig
-from xmq.cluster.link_tls import link_tls_contexts
 from xmq.codec.reason_codes import ReasonCode
 from xmq.config import BrokerConfig, load_config
 from xmq.core.auth_ports import (
@@ -31,7 +31,7 @@ from xmq.core.broker import Broker
 from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
 from xmq.core.sys_topics import SysPublisher
-from xmq.net.listeners import ListenerSet
+from xmq.net.listeners import ListenerSet, ListenerStartError
 from xmq.observability.log_format import apply_logging
 from xmq.protocol.connect_terms import ServerLimits
 
@@ -137,7 +137,10 @@ class BrokerNode:
                 f"xmq: cluster {identity.node_id} epoch {identity.epoch} link {address}",
                 flush=True,
             )
-        await self.listeners.start(self.config.listeners)
+        try:
+            await self.listeners.start(self.config.listeners)
+        except ListenerStartError as error:
+            raise StartupError(str(error)) from error
         self.sys.start()
         for bound in self.listeners.bound:
             # One line per listener on stdout: scripts and tests read the resolved ports.
@@ -145,7 +148,11 @@ class BrokerNode:
                 f"xmq: listening {bound.name} {bound.protocol} {bound.host}:{bound.port}",
                 flush=True,
             )
-        metrics = await self.endpoint.start()
+        try:
+            metrics = await self.endpoint.start()
+        except OSError as error:
+            where = f"{self.config.metrics.host}:{self.config.metrics.port}"
+            raise StartupError(f"metrics.port: {where}: {error}") from error
         if metrics is not None:
             print(f"xmq: listening metrics http {metrics[0]}:{metrics[1]}", flush=True)
         if self.worker is not None:
@@ -232,7 +239,11 @@ class BrokerNode:
         supervisor = follow_supervisor()
         if supervisor is not None:
             loop.call_later(1.0, self._watch_supervisor, loop, supervisor)
-        await self.start()
+        try:
+            await self.start()
+        except StartupError:
+            await self.shutdown(0)  # leave the cluster, close what did start
+            raise
         await self.stopping.wait()
         log.info("shutting down")
         await self.shutdown()
@@ -252,10 +263,9 @@ def configure_logging(config: BrokerConfig) -> None:
 def serve(config: BrokerConfig, config_path: str | None = None) -> int:
     """Run one broker node until SIGTERM/SIGINT (or supervise ``workers`` node processes)."""
     configure_logging(config)
-    if config.cluster.link_tls is not None and redis_url_of(config):
-        link_tls_contexts(config.cluster.link_tls)  # LinkTlsError names a bad file now
     worker = worker_index()
-    if worker is None:
+    if worker is None:  # a worker's supervisor checked all this (and holds the ports)
+        check_startup(config)  # StartupError: one line naming the field and file or address
         count = worker_count(config)
         if count > 1:
             return Supervisor(config, config_path, count).run()

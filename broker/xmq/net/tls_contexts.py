@@ -26,6 +26,52 @@ _VERIFY_MODES = {
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
 
+class TlsFilesError(ValueError):
+    """A listener's certificate, key or CA file is missing or unusable (names field and file)."""
+
+
+def _pem_text(field: str, path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii", errors="replace")
+    except OSError as error:
+        raise TlsFilesError(f"{field}: cannot read {path}: {error.strerror or error}") from error
+
+
+def check_tls_files(field: str, config: TlsConfig) -> None:
+    """Raise ``TlsFilesError`` naming ``field.<key>`` and the path if a file is missing or not
+    what it should be (a key given as the certificate, a pair that does not match)."""
+    cert = _pem_text(f"{field}.cert_file", config.cert_file)
+    if "-----BEGIN CERTIFICATE-----" not in cert:
+        what = "a private key" if "PRIVATE KEY-----" in cert else "no PEM certificate"
+        raise TlsFilesError(
+            f"{field}.cert_file: {config.cert_file} holds {what}, not a certificate"
+        )
+    key = _pem_text(f"{field}.key_file", config.key_file)
+    if "PRIVATE KEY-----" not in key:
+        what = "a certificate" if "-----BEGIN CERTIFICATE-----" in key else "no PEM private key"
+        raise TlsFilesError(f"{field}.key_file: {config.key_file} holds {what}, not a private key")
+    if config.ca_file is not None:
+        _pem_text(f"{field}.ca_file", config.ca_file)
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=config.ca_file)
+        except (ssl.SSLError, OSError) as error:
+            raise TlsFilesError(
+                f"{field}.ca_file: cannot load the CA certificates from {config.ca_file}: {error}"
+            ) from error
+    try:
+        _new_context(config)
+    except (ssl.SSLError, OSError) as error:
+        reason = getattr(error, "reason", None)
+        if reason == "KEY_VALUES_MISMATCH":
+            raise TlsFilesError(
+                f"{field}: certificate {config.cert_file} and key {config.key_file} are not a pair"
+            ) from error
+        raise TlsFilesError(
+            f"{field}: cannot load certificate {config.cert_file} with key {config.key_file}: "
+            f"{error}"
+        ) from error
+
+
 def _load_into(context: ssl.SSLContext, config: TlsConfig) -> None:
     context.load_cert_chain(str(config.cert_file), str(config.key_file))
     if config.ca_file is not None:
