@@ -7,6 +7,8 @@ import gc
 import logging
 import os
 import signal
+import threading
+from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
@@ -192,23 +194,32 @@ class BrokerNode:
         return len(connections)
 
     async def shutdown(self, grace_s: float | None = None) -> None:
-        """Stop accepting, tell MQTT 5 clients the server is shutting down, flush, close."""
+        """Stop accepting, tell MQTT 5 clients the server is shutting down, flush, close.
+
+        Everything happens within ``grace_s``: the clients get it less a share kept for
+        leaving the cluster (records flushed, lease dropped), then are aborted; each later
+        step is cut short at the deadline (a Redis that stopped answering cannot hold the
+        process). ``run`` also arms a watchdog for the rest (``SHUTDOWN_OVERRUN_S``)."""
         if grace_s is None:
             grace_s = self.config.shutdown.grace_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
         self.listeners.stop_accepting()
         self.sys.stop()
         reference = self.config.shutdown.server_reference if self.draining else None
         self._disconnect_all(reference, "draining" if reference else "server shutting down")
+        reserve = min(CLUSTER_STOP_SHARE_S, grace_s / 2) if self.cluster is not None else 0.0
         try:
-            await asyncio.wait_for(self.listeners.idle.wait(), grace_s)
+            async with asyncio.timeout_at(deadline - reserve):
+                await self.listeners.idle.wait()
         except TimeoutError:
             for client in list(self.listeners.clients):
                 client.abort()
         if self.cluster is not None:
-            await self.cluster.stop()
+            await _before(deadline, "leaving the cluster", self.cluster.stop)
         if self.account_store is not None:
-            await self.account_store.close()
-        await self.endpoint.stop()
+            await _before(deadline, "closing the account store", self.account_store.close)
+        await _before(deadline, "closing the HTTP endpoint", self.endpoint.stop)
 
     config_path: str | None = None
     """The YAML file the node was started with (re-read on SIGHUP for the log settings)."""
@@ -246,6 +257,7 @@ class BrokerNode:
             raise
         await self.stopping.wait()
         log.info("shutting down")
+        _arm_watchdog(self.config.shutdown.grace_s + SHUTDOWN_OVERRUN_S)
         await self.shutdown()
 
     def _watch_supervisor(self, loop: asyncio.AbstractEventLoop, supervisor: int) -> None:
@@ -254,6 +266,38 @@ class BrokerNode:
             self.stopping.set()
             return
         loop.call_later(1.0, self._watch_supervisor, loop, supervisor)
+
+
+CLUSTER_STOP_SHARE_S = 3.0
+"""Of ``shutdown.grace_s`` (at most half of it), the seconds kept after the clients for
+leaving the cluster: unwritten records flushed, node links closed, the lease dropped."""
+SHUTDOWN_OVERRUN_S = 2.0
+"""After SIGTERM the process exits within ``grace_s`` plus this, whatever still runs (a
+task that ignores cancellation, a thread in the default executor): the watchdog ends it."""
+_STEP_MINIMUM_S = 0.1
+
+
+async def _before(deadline: float, what: str, step: Callable[[], Awaitable[None]]) -> None:
+    """Run one shutdown step, cut short at ``deadline`` (with a moment to start at all)."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout_at(max(deadline, loop.time() + _STEP_MINIMUM_S)):
+            await step()
+    except TimeoutError:
+        log.warning("shutdown: %s cut short at the end of shutdown.grace_s", what)
+
+
+def _arm_watchdog(after_s: float) -> None:
+    """End the process ``after_s`` from now if it has not exited by itself."""
+
+    def overran() -> None:
+        log.error("shutdown took longer than shutdown.grace_s + %gs: exiting", SHUTDOWN_OVERRUN_S)
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(after_s, overran)
+    timer.daemon = True
+    timer.start()
 
 
 def configure_logging(config: BrokerConfig) -> None:
