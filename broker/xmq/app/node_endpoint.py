@@ -95,6 +95,18 @@ class NodeEndpoint:
                 lambda: {c.listener: c.reloads for c in listeners.tls_contexts},
                 kind="counter",
             ),
+            LabelledSource(
+                "xmq_tls_handshake_failures",
+                "Failed TLS handshakes per listener and OpenSSL reason (wrong_version_number: "
+                "not TLS; certificate_verify_failed: client certificate refused).",
+                ("listener", "reason"),
+                lambda: {
+                    (c.listener, reason): count
+                    for c in listeners.tls_contexts
+                    for reason, count in c.handshake_failures.by_reason.items()
+                },
+                kind="counter",
+            ),
         ]
         collector = BrokerCollector(broker, self.loop_lag.lag, sources)
         self.endpoint = ObservabilityEndpoint(

@@ -4,6 +4,13 @@ A listener keeps one ``SSLContext`` for its whole life; a reload loads the new c
 and key into that same context, so new handshakes use them while connections already open
 keep their session. New files are first loaded into a scratch context: a broken or
 half-written pair is refused (and logged) without touching the live one.
+
+Failed handshakes (plain MQTT or garbage on a TLS port, a client certificate from another
+CA, a client that refuses our certificate) are counted per listener and OpenSSL reason for
+``/metrics`` and logged at most once a minute per reason, with the count of the others:
+the context's ``sslobject_class`` (what both asyncio's and uvloop's TLS transports create
+for each connection) reports every ``do_handshake`` that raises. A client that connects
+and closes without a handshake (a port check) is not a failure.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -86,6 +94,68 @@ def _new_context(config: TlsConfig) -> ssl.SSLContext:
     return context
 
 
+LOG_INTERVAL_S = 60.0
+"""A listener logs each kind of handshake failure at most once per this many seconds."""
+MAX_REASONS = 32
+"""Distinct reasons counted per listener; rarer ones are counted as ``other``."""
+
+
+def failure_reason(error: ssl.SSLError) -> str:
+    """``wrong_version_number``, ``certificate_verify_failed``, ``tlsv1_alert_unknown_ca``..."""
+    reason = getattr(error, "reason", None)
+    if isinstance(reason, str) and reason:
+        return reason.lower()
+    return type(error).__name__.lower()
+
+
+class HandshakeFailures:
+    """A listener's failed TLS handshakes: counts by reason and a rate-limited log line."""
+
+    def __init__(self, listener: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.listener = listener
+        self.clock = clock
+        self.by_reason: dict[str, int] = {}
+        self._logged_at: dict[str, float] = {}
+        self._unlogged: dict[str, int] = {}
+
+    def failed(self, error: ssl.SSLError) -> None:
+        reason = failure_reason(error)
+        if reason not in self.by_reason and len(self.by_reason) >= MAX_REASONS:
+            reason = "other"
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+        now = self.clock()
+        last = self._logged_at.get(reason)
+        if last is not None and now - last < LOG_INTERVAL_S:
+            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
+            return
+        self._logged_at[reason] = now
+        others = self._unlogged.pop(reason, 0)
+        more = f" ({others} more since the last line)" if others else ""
+        log.warning(
+            "listener %s: TLS handshake failed: %s%s; %d in all",
+            self.listener,
+            error,
+            more,
+            self.by_reason[reason],
+        )
+
+
+def _observed_sslobject_class(failures: HandshakeFailures) -> type[ssl.SSLObject]:
+    """An ``SSLObject`` class reporting failed handshakes to ``failures``."""
+
+    class ObservedSSLObject(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise  # in progress
+            except ssl.SSLError as error:
+                failures.failed(error)
+                raise
+
+    return ObservedSSLObject
+
+
 class ReloadableTlsContext:
     """One listener's server context; ``reload_if_changed`` is cheap (two ``stat`` calls)."""
 
@@ -93,6 +163,8 @@ class ReloadableTlsContext:
         self.listener = listener
         self.config = config
         self.context = _new_context(config)
+        self.handshake_failures = HandshakeFailures(listener)
+        self.context.sslobject_class = _observed_sslobject_class(self.handshake_failures)
         self.reloads = 0
         self._stamp = self._file_stamp()
 
