@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,6 +13,7 @@ import pytest
 from tests.support.broker_process import BrokerProcess
 from tests.support.http_probe import http, wait_port
 from tests.support.paho_client import PahoClient
+from tests.support.redis_server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -19,24 +21,26 @@ StartBroker = Callable[..., BrokerProcess]
 TOKEN = "s3cret-admin-token-0123456789"
 
 
-def _xmq_drain(*args: str) -> subprocess.CompletedProcess[str]:
+def _xmq_drain(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "xmq", "drain", *args],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
+        env=dict(os.environ, **(env or {})),
     )
 
 
 def test_drain_needs_the_token(start_broker: StartBroker, uid: str, tmp_path: Path) -> None:
     token_file = tmp_path / "admin-token"
     token_file.write_text(TOKEN + "\n")  # a Secret's file may end with a newline
-    config_text = f"metrics: {{admin_token_file: '{token_file}'}}\n"
-    config = tmp_path / "node.yaml"  # what `xmq drain --config` reads the token file from
+    port = free_port()
+    config_text = f"metrics: {{host: 127.0.0.1, port: {port}, admin_token_file: '{token_file}'}}\n"
+    config = tmp_path / "node.yaml"  # what the pod's preStop `xmq drain` reads ($XMQ_CONFIG)
     config.write_text(config_text)
-    broker = start_broker(config_text)
-    port = wait_port(broker, "metrics")
+    broker = start_broker(config_text, XMQ_METRICS__PORT=str(port))
+    assert wait_port(broker, "metrics") == port
     client = PahoClient(broker.port, f"{uid}-c")
     try:
         assert client.connect().reason == 0
@@ -57,7 +61,7 @@ def test_drain_needs_the_token(start_broker: StartBroker, uid: str, tmp_path: Pa
         assert http(port, "/readyz")[0] == 200  # not draining
         assert client.disconnects.empty()
 
-        done = _xmq_drain("--url", f"http://127.0.0.1:{port}", "--config", str(config))
+        done = _xmq_drain(env={"XMQ_CONFIG": str(config)})  # as the preStop hook runs it
         assert done.returncode == 0, done.stderr
         assert "1 clients disconnected" in done.stdout
         assert client.disconnects.get(timeout=10).reason == 0x8B
