@@ -108,32 +108,21 @@ def test_missing_accounts_file(tmp_path: Path, command: str) -> None:
     _refused(_run(command, path), "auth.accounts_file", str(missing))
 
 
+@pytest.mark.parametrize("case", ["missing-certificate", "key-as-certificate", "not-a-pair"])
 @pytest.mark.parametrize("command", COMMANDS)
-def test_missing_certificate_names_the_path(
-    tmp_path: Path, command: str, pair: tuple[Path, Path, Path]
+def test_certificate_files(
+    tmp_path: Path, command: str, case: str, pair: tuple[Path, Path, Path]
 ) -> None:
-    _cert, key, _other = pair
+    """A missing certificate names its path; a key given as the certificate, and a key that
+    is not the certificate's, are named as such."""
+    cert, key, other = pair
     missing = tmp_path / "gone.crt"
-    path = _config(tmp_path, _tls_listener(missing, key))
-    _refused(_run(command, path), "listeners.0.tls.cert_file", str(missing))
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_key_given_as_certificate(
-    tmp_path: Path, command: str, pair: tuple[Path, Path, Path]
-) -> None:
-    _cert, key, _other = pair
-    path = _config(tmp_path, _tls_listener(key, key))
-    _refused(_run(command, path), "listeners.0.tls.cert_file", str(key), "private key")
-
-
-@pytest.mark.parametrize("command", COMMANDS)
-def test_certificate_and_key_not_a_pair(
-    tmp_path: Path, command: str, pair: tuple[Path, Path, Path]
-) -> None:
-    cert, _key, other = pair
-    path = _config(tmp_path, _tls_listener(cert, other))
-    _refused(_run(command, path), "listeners.0.tls", "not a pair", str(other))
+    files, expected = {
+        "missing-certificate": ((missing, key), ("listeners.0.tls.cert_file", str(missing))),
+        "key-as-certificate": ((key, key), ("listeners.0.tls.cert_file", str(key), "private key")),
+        "not-a-pair": ((cert, other), ("listeners.0.tls", "not a pair", str(other))),
+    }[case]
+    _refused(_run(command, _config(tmp_path, _tls_listener(*files))), *expected)
 
 
 @pytest.mark.parametrize("command", COMMANDS)
