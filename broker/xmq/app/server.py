@@ -250,12 +250,18 @@ class BrokerNode:
         supervisor = follow_supervisor()
         if supervisor is not None:
             loop.call_later(1.0, self._watch_supervisor, loop, supervisor)
-        try:
-            await self.start()
-        except StartupError:
+        starting = asyncio.ensure_future(self.start())
+        signalled = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait((starting, signalled), return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # SIGTERM while starting (waiting for Redis, say)
+            log.info("stopped while starting")
+            starting.cancel()
+            await asyncio.wait((starting,))
+        elif (failure := starting.exception()) is not None:
+            signalled.cancel()
             await self.shutdown(0)  # leave the cluster, close what did start
-            raise
-        await self.stopping.wait()
+            raise failure
+        await signalled
         log.info("shutting down")
         _arm_watchdog(self.config.shutdown.grace_s + SHUTDOWN_OVERRUN_S)
         await self.shutdown()
@@ -285,6 +291,8 @@ async def _before(deadline: float, what: str, step: Callable[[], Awaitable[None]
             await step()
     except TimeoutError:
         log.warning("shutdown: %s cut short at the end of shutdown.grace_s", what)
+    except Exception as error:  # e.g. stopped half-way through the start: go on stopping
+        log.warning("shutdown: %s failed: %s: %s", what, type(error).__name__, error)
 
 
 def _arm_watchdog(after_s: float) -> None:

@@ -4,9 +4,13 @@ grace_s 5: the clients got the whole grace, then leaving the cluster waited on R
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from paho.mqtt.packettypes import PacketTypes
@@ -14,7 +18,7 @@ from paho.mqtt.packettypes import PacketTypes
 from tests.support.broker_process import BrokerProcess
 from tests.support.paho_client import PahoClient, props
 from tests.support.raw_client import RawClient
-from tests.support.redis_server import RedisServer
+from tests.support.redis_server import RedisServer, free_port
 from xmq.codec.packets import Subscribe, SubscriptionRequest
 
 pytestmark = pytest.mark.integration
@@ -73,3 +77,36 @@ def test_sigterm_exits_within_grace_with_slow_readers_and_a_stalled_redis(
         for reader in slow:
             reader.sock.close()
         broker.stop()
+
+
+def test_sigterm_while_waiting_for_redis_at_start(tmp_path: Path) -> None:
+    """A node still waiting for its Redis when SIGTERM comes stops at once (it used to finish
+    waiting, 30 s, first)."""
+    config = tmp_path / "xmq.yaml"
+    config.write_text(
+        f"cluster: {{redis_url: 'redis://127.0.0.1:{free_port()}/0', link_port: 0}}\n"
+        f"metrics: {{enabled: false}}\nshutdown: {{grace_s: {GRACE_S}}}\n"
+    )
+    log = tmp_path / "stderr.log"
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "xmq", "serve", "--config", str(config)],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=dict(os.environ, XMQ_SYS__INTERVAL_S="0"),
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while "waiting for redis" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(GRACE_S + MARGIN_S + 30)
+        took = time.monotonic() - started
+        assert took < GRACE_S + MARGIN_S, f"exit {took:.1f}s after SIGTERM\n{log.read_text()}"
+        assert "Traceback" not in log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
