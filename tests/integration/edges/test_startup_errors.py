@@ -29,8 +29,10 @@ class Outcome:
     stderr: str
 
 
-def _run(command: str, path: Path, env: dict[str, str] | None = None) -> Outcome:
-    args = [sys.executable, "-m", "xmq", command]
+def _run(
+    command: str, path: Path, env: dict[str, str] | None = None, extra: tuple[str, ...] = ()
+) -> Outcome:
+    args = [sys.executable, "-m", "xmq", command, *extra]
     args += ["--config", str(path)] if command == "serve" else [str(path)]
     full_env = dict(os.environ, XMQ_SYS__INTERVAL_S="0", **(env or {}))
     try:
@@ -131,6 +133,16 @@ def test_port_in_use(tmp_path: Path, command: str) -> None:
         port = taken.getsockname()[1]
         path = _config(tmp_path, f"listeners: [{{name: a, host: 127.0.0.1, port: {port}}}]\n")
         _refused(_run(command, path), "listeners.0 (a)", f"127.0.0.1:{port}", "in use")
+
+
+def test_check_config_no_bind_leaves_out_the_test_binds(tmp_path: Path) -> None:
+    """For the file of a node that is running (its ports are taken: by itself)."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        path = _config(tmp_path, f"listeners: [{{name: a, host: 127.0.0.1, port: {port}}}]\n")
+        outcome = _run("check-config", path, extra=("--no-bind",))
+        assert outcome.code == 0, outcome
+        assert outcome.stdout.strip() == f"{path}: OK"
 
 
 @pytest.mark.parametrize("command", COMMANDS)
