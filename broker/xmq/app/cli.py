@@ -123,7 +123,7 @@ def _admin_urls(config_path: str | None) -> list[str]:
     path = config_path or os.environ.get(CONFIG_FILE_ENV) or CONFIG_PATH
     ports = [HEALTH_PORT]
     if path and os.path.isfile(path):
-        ports = admin_ports(load_config(path))
+        ports = admin_ports(_read_config(path))
     return [f"http://127.0.0.1:{port}" for port in ports]
 
 
@@ -141,7 +141,7 @@ def _admin_authorization(config_path: str | None, token_file: str | None) -> str
 
     if token_file is None:
         path = config_path or os.environ.get(CONFIG_FILE_ENV) or CONFIG_PATH
-        configured = load_config(path).metrics.admin_token_file if os.path.isfile(path) else None
+        configured = _read_config(path).metrics.admin_token_file if os.path.isfile(path) else None
         if configured is None:
             return None
         return AdminAccess(configured).header()
@@ -168,8 +168,24 @@ def _drain(url: str, server_reference: str | None, authorization: str | None = N
     return 0
 
 
+def _read_config(path: str | None) -> BrokerConfig:
+    """``load_config``, with a file that is not a YAML mapping of settings named as such."""
+    from pydantic_settings import SettingsError
+
+    from xmq.app.preflight import StartupError
+
+    try:
+        return load_config(path)
+    except (ValidationError, SettingsError):
+        raise
+    except ValueError as error:  # a list or a scalar, bytes that are not UTF-8
+        raise StartupError(
+            f"{path}: not a YAML mapping of settings ({type(error).__name__}: {error})"
+        ) from error
+
+
 def _load(path: str | None, host: str | None = None, port: int | None = None) -> BrokerConfig:
-    config = load_config(path)
+    config = _read_config(path)
     if host is not None or port is not None:
         first = config.listeners[0] if config.listeners else ListenerConfig()
         changed = first.model_copy(
@@ -217,7 +233,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "check-config":
         from xmq.app.preflight import check_startup
 
-        config = load_config(args.file)
+        config = _read_config(args.file)
         check_startup(config, bind=not args.no_bind)
         print(f"{args.file}: OK")
         return 0

@@ -91,6 +91,13 @@ def test_yaml_syntax_error(tmp_path: Path, command: str) -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS)
+def test_a_file_that_is_not_a_mapping(tmp_path: Path, command: str) -> None:
+    path = tmp_path / "xmq.yaml"
+    path.write_text("- listeners\n- mqtt\n")
+    _refused(_run(command, path), str(path), "not a YAML mapping")
+
+
+@pytest.mark.parametrize("command", COMMANDS)
 def test_bad_listeners_json_in_the_environment(tmp_path: Path, command: str) -> None:
     path = _config(tmp_path, "")
     _refused(_run(command, path, {"XMQ_LISTENERS": '[{"name": x'}), "XMQ_LISTENERS", "JSON")
