@@ -110,3 +110,20 @@ def test_sigterm_while_waiting_for_redis_at_start(tmp_path: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_the_watchdog_ends_a_shutdown_that_overruns() -> None:
+    """What still runs at grace_s + SHUTDOWN_OVERRUN_S (a thread, a task that ignores
+    cancellation) cannot keep the process: the watchdog exits with 1."""
+    code = (
+        "import threading, time\n"
+        "from xmq.app.server import _arm_watchdog\n"
+        "threading.Thread(target=time.sleep, args=(60,)).start()  # not a daemon: would hold\n"
+        "_arm_watchdog(0.2)\n"
+        "time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert time.monotonic() - started < 30
+    assert "shutdown took longer than shutdown.grace_s" in done.stderr
