@@ -78,6 +78,12 @@ def build_broker_config(spec: ClusterSpec, cluster_name: str) -> dict[str, Any]:
             },
         )
     config["cluster"] = cluster
+    if spec.admin_token is not None:
+        metrics = config.get("metrics")
+        config["metrics"] = {
+            **(metrics if isinstance(metrics, dict) else {}),
+            "admin_token_file": pod_contract.ADMIN_TOKEN_FILE,
+        }
     return config
 
 

@@ -85,6 +85,11 @@ class LinkTlsSpec(_Spec):
     secret_name: str = Field(min_length=1, alias="secretName")
 
 
+class AdminTokenSpec(_Spec):
+    secret_name: str = Field(min_length=1, alias="secretName")
+    key: str = Field(default="token", min_length=1)
+
+
 class UpdateStrategySpec(_Spec):
     min_ready_seconds: int = Field(default=10, ge=0, alias="minReadySeconds")
     drain_timeout_seconds: int = Field(default=60, ge=1, alias="drainTimeoutSeconds")
@@ -117,6 +122,7 @@ class ClusterSpec(_Spec):
     postgres: PostgresSpec | None = None
     listeners: ListenersSpec = Field(default_factory=ListenersSpec)
     link_tls: LinkTlsSpec | None = Field(default=None, alias="linkTls")
+    admin_token: AdminTokenSpec | None = Field(default=None, alias="adminToken")
     config: dict[str, Any] = Field(default_factory=dict)
     update_strategy: UpdateStrategySpec = Field(
         default_factory=UpdateStrategySpec, alias="updateStrategy"

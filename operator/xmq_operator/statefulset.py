@@ -121,6 +121,10 @@ def _container(spec: ClusterSpec) -> dict[str, Any]:
         mounts.append(
             {"name": "link-tls", "mountPath": pod_contract.LINK_TLS_DIR, "readOnly": True}
         )
+    if spec.admin_token is not None:
+        mounts.append(
+            {"name": "admin-token", "mountPath": pod_contract.ADMIN_TOKEN_DIR, "readOnly": True}
+        )
     container: dict[str, Any] = {
         "name": BROKER_CONTAINER,
         "image": spec.image,
@@ -227,6 +231,13 @@ def pod_template(
         pod_spec["volumes"].append(
             {"name": "link-tls", "secret": {"secretName": spec.link_tls.secret_name}}
         )
+    if spec.admin_token is not None:  # only the token, as the file the config names
+        token_name = pod_contract.ADMIN_TOKEN_FILE.rsplit("/", 1)[1]
+        secret = {
+            "secretName": spec.admin_token.secret_name,
+            "items": [{"key": spec.admin_token.key, "path": token_name}],
+        }
+        pod_spec["volumes"].append({"name": "admin-token", "secret": secret})
     if spec.placement.node_selector:
         pod_spec["nodeSelector"] = dict(spec.placement.node_selector)
     if spec.placement.tolerations:

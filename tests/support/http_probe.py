@@ -58,9 +58,13 @@ def websocket_broker(directory: Path) -> Iterator[tuple[BrokerProcess, Path]]:
         yield process, ca.ca_file
 
 
-def http(port: int, path: str, method: str = "GET") -> tuple[int, str]:
+def http(
+    port: int, path: str, method: str = "GET", headers: dict[str, str] | None = None
+) -> tuple[int, str]:
     """(status, body) of one request to 127.0.0.1:port; HTTP errors are returned, not raised."""
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method)
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", method=method, headers=headers or {}
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read().decode()

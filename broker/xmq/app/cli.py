@@ -26,8 +26,16 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="bind address of the default listener")
     serve.add_argument("--port", type=int, help="port of the default listener (0: any free)")
 
-    check = commands.add_parser("check-config", help="validate a configuration file")
+    check = commands.add_parser(
+        "check-config",
+        help="check a configuration file and what `serve` needs: files, ports, hosts",
+    )
     check.add_argument("file")
+    check.add_argument(
+        "--no-bind",
+        action="store_true",
+        help="do not test-bind the ports (a node with this config is running)",
+    )
 
     config_doc = commands.add_parser(
         "config-doc", help="print the configuration reference (docs/configuration.md)"
@@ -47,6 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     drain.add_argument(
         "--server-reference", help="Server Reference sent with DISCONNECT 0x9C (host:port)"
     )
+    drain.add_argument(
+        "--token-file",
+        help="file with the admin bearer token (default: metrics.admin_token_file of the "
+        "config; without one the request goes unauthenticated, which a node accepts from "
+        "loopback only)",
+    )
 
     commands.add_parser(
         "bench", help="run a benchmark scenario (see xmq bench --help)", add_help=False
@@ -56,10 +70,49 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _config_error(error: ValidationError) -> str:
+def _env_source(loc: tuple[int | str, ...]) -> str | None:
+    """The ``XMQ_*`` variable that set the value at ``loc``, if one is set."""
+    names: list[str] = []
+    for part in loc:
+        if not isinstance(part, str):
+            break
+        names.append(f"XMQ_{part.upper()}" if not names else f"{names[-1]}__{part.upper()}")
+    return next((name for name in reversed(names) if name in os.environ), None)
+
+
+def _config_errors(error: ValidationError) -> list[str]:
+    """One line per problem: ``invalid configuration: <field>: <what> (from XMQ_...)``."""
     from xmq.config.reference_doc import describe_errors
 
-    return "invalid configuration:\n" + "\n".join(f"  {line}" for line in describe_errors(error))
+    lines = []
+    for item, text in zip(error.errors(), describe_errors(error), strict=True):
+        source = _env_source(tuple(item["loc"]))
+        suffix = f" (from {source})" if source else ""
+        lines.append(f"invalid configuration: {text}{suffix}")
+    return lines
+
+
+def _startup_problem(error: BaseException, config_path: str | None) -> str | None:
+    """The one-line message of a start-up error, or None when ``error`` is not one."""
+    import yaml
+    from pydantic_settings import SettingsError
+
+    from xmq.app.preflight import StartupError
+    from xmq.cluster.link_tls import LinkTlsError
+
+    if isinstance(error, StartupError | LinkTlsError | FileNotFoundError):
+        return str(error)
+    if isinstance(error, yaml.YAMLError):
+        mark = getattr(error, "problem_mark", None)
+        problem = getattr(error, "problem", None) or str(error)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        return f"{config_path}: YAML syntax error{where}: {problem}"
+    if isinstance(error, SettingsError):
+        # 'error parsing value for field "listeners" from source "EnvSettingsSource"'
+        field = str(error).split('"')[1] if str(error).count('"') >= 2 else "?"
+        cause = error.__cause__
+        return f"XMQ_{field.upper()}: not valid JSON: {cause or error}"
+    return None
 
 
 def _admin_urls(config_path: str | None) -> list[str]:
@@ -70,7 +123,7 @@ def _admin_urls(config_path: str | None) -> list[str]:
     path = config_path or os.environ.get(CONFIG_FILE_ENV) or CONFIG_PATH
     ports = [HEALTH_PORT]
     if path and os.path.isfile(path):
-        ports = admin_ports(load_config(path))
+        ports = admin_ports(_read_config(path))
     return [f"http://127.0.0.1:{port}" for port in ports]
 
 
@@ -79,7 +132,23 @@ def _admin_url(config_path: str | None) -> str:
     return _admin_urls(config_path)[0]
 
 
-def _drain(url: str, server_reference: str | None) -> int:
+def _admin_authorization(config_path: str | None, token_file: str | None) -> str | None:
+    """The ``Authorization`` header ``xmq drain`` sends: the token of ``--token-file``, else of
+    the node's ``metrics.admin_token_file``; None without either."""
+    from pathlib import Path
+
+    from xmq.observability.admin_access import AdminAccess
+
+    if token_file is None:
+        path = config_path or os.environ.get(CONFIG_FILE_ENV) or CONFIG_PATH
+        configured = _read_config(path).metrics.admin_token_file if os.path.isfile(path) else None
+        if configured is None:
+            return None
+        return AdminAccess(configured).header()
+    return AdminAccess(Path(token_file)).header()
+
+
+def _drain(url: str, server_reference: str | None, authorization: str | None = None) -> int:
     import urllib.error
     import urllib.parse
     import urllib.request
@@ -88,7 +157,8 @@ def _drain(url: str, server_reference: str | None) -> int:
         {"server_reference": server_reference} if server_reference else {}
     )
     target = url.rstrip("/") + "/admin/drain" + (f"?{query}" if query else "")
-    request = urllib.request.Request(target, method="POST")
+    headers = {"Authorization": authorization} if authorization else {}
+    request = urllib.request.Request(target, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             print(response.read().decode().strip())
@@ -98,8 +168,24 @@ def _drain(url: str, server_reference: str | None) -> int:
     return 0
 
 
+def _read_config(path: str | None) -> BrokerConfig:
+    """``load_config``, with a file that is not a YAML mapping of settings named as such."""
+    from pydantic_settings import SettingsError
+
+    from xmq.app.preflight import StartupError
+
+    try:
+        return load_config(path)
+    except (ValidationError, SettingsError):
+        raise
+    except ValueError as error:  # a list or a scalar, bytes that are not UTF-8
+        raise StartupError(
+            f"{path}: not a YAML mapping of settings ({type(error).__name__}: {error})"
+        ) from error
+
+
 def _load(path: str | None, host: str | None = None, port: int | None = None) -> BrokerConfig:
-    config = load_config(path)
+    config = _read_config(path)
     if host is not None or port is not None:
         first = config.listeners[0] if config.listeners else ListenerConfig()
         changed = first.model_copy(
@@ -120,38 +206,54 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is not None:
         result: int = handler(args)
         return result
+    config_path = getattr(args, "config", None) or getattr(args, "file", None)
     try:
-        if args.command == "check-config":
-            load_config(args.file)
-            print(f"{args.file}: OK")
-            return 0
-        if args.command == "config-doc":
-            from xmq.config.reference_doc import render_reference
-
-            text = render_reference()
-            if args.output:
-                with open(args.output, "w", encoding="utf-8") as out:
-                    out.write(text)
-            else:
-                sys.stdout.write(text)
-            return 0
-        if args.command == "drain":
-            urls = [args.url] if args.url else _admin_urls(args.config)
-            failed = [url for url in urls if _drain(url, args.server_reference) != 0]
-            return 1 if failed else 0
-        if args.command == "serve":
-            from xmq.app.server import serve
-            from xmq.cluster.link_tls import LinkTlsError
-
-            try:
-                return serve(_load(args.config, args.host, args.port), args.config)
-            except LinkTlsError as error:
-                print(f"invalid configuration:\n  {error}", file=sys.stderr)
-                return 2
+        return _run(args)
     except ValidationError as error:
-        print(_config_error(error), file=sys.stderr)
+        for line in _config_errors(error):
+            print(f"xmq: {line}", file=sys.stderr)
         return 2
-    except FileNotFoundError as error:
-        print(str(error), file=sys.stderr)
-        return 2
+    except Exception as error:  # at start: one line naming the field or file, no traceback
+        problem = _startup_problem(error, config_path)
+        if problem is not None:
+            print(f"xmq: {_one_line(problem)}", file=sys.stderr)
+            return 2
+        if args.command not in ("serve", "check-config", "drain"):
+            raise
+        message = _one_line(f"{type(error).__name__}: {error}")
+        print(f"xmq: {args.command} failed: {message}", file=sys.stderr)
+        return 1
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "check-config":
+        from xmq.app.preflight import check_startup
+
+        config = _read_config(args.file)
+        check_startup(config, bind=not args.no_bind)
+        print(f"{args.file}: OK")
+        return 0
+    if args.command == "config-doc":
+        from xmq.config.reference_doc import render_reference
+
+        text = render_reference()
+        if args.output:
+            with open(args.output, "w", encoding="utf-8") as out:
+                out.write(text)
+        else:
+            sys.stdout.write(text)
+        return 0
+    if args.command == "drain":
+        urls = [args.url] if args.url else _admin_urls(args.config)
+        authorization = _admin_authorization(args.config, args.token_file)
+        failed = [url for url in urls if _drain(url, args.server_reference, authorization) != 0]
+        return 1 if failed else 0
+    if args.command == "serve":
+        from xmq.app.server import serve
+
+        return serve(_load(args.config, args.host, args.port), args.config)
     return 2

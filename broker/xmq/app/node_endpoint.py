@@ -8,18 +8,16 @@ drain. Other adapters add their readiness checks with ``NodeEndpoint.readiness.a
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from xmq.config import MetricsConfig
 from xmq.core.broker import Broker
 from xmq.net.listeners import ListenerSet
+from xmq.observability.admin_access import AdminAccess
 from xmq.observability.broker_metrics import BrokerCollector, LabelledSource, build_registry
 from xmq.observability.http_endpoint import ObservabilityEndpoint
 from xmq.observability.readiness import LoopLagMonitor, ReadinessCheck, ReadinessChecks
-
-log = logging.getLogger("xmq.app")
 
 DrainAction = Callable[[str | None], Awaitable[int]]
 """Starts a drain with an optional Server Reference; returns the clients disconnected."""
@@ -97,10 +95,26 @@ class NodeEndpoint:
                 lambda: {c.listener: c.reloads for c in listeners.tls_contexts},
                 kind="counter",
             ),
+            LabelledSource(
+                "xmq_tls_handshake_failures",
+                "Failed TLS handshakes per listener and OpenSSL reason (wrong_version_number: "
+                "not TLS; certificate_verify_failed: client certificate refused).",
+                ("listener", "reason"),
+                lambda: {
+                    (c.listener, reason): count
+                    for c in listeners.tls_contexts
+                    for reason, count in c.handshake_failures.by_reason.items()
+                },
+                kind="counter",
+            ),
         ]
         collector = BrokerCollector(broker, self.loop_lag.lag, sources)
         self.endpoint = ObservabilityEndpoint(
-            build_registry(collector), self.readiness, self.loop_lag, config.max_loop_lag_s
+            build_registry(collector),
+            self.readiness,
+            self.loop_lag,
+            config.max_loop_lag_s,
+            AdminAccess(config.admin_token_file),
         )
 
         async def listening() -> str | None:
@@ -118,18 +132,12 @@ class NodeEndpoint:
         self.endpoint.actions["drain"] = drain_action
 
     async def start(self) -> tuple[str, int] | None:
-        """Start the lag probe and the HTTP endpoint; ``None`` when disabled or unbindable."""
+        """Start the lag probe and the HTTP endpoint (``None`` when disabled). A port that
+        cannot be bound raises ``OSError``: a node without its probes must not start."""
         self.loop_lag.start()
         if not self.config.enabled:
             return None
-        try:
-            return await self.endpoint.start(self.config.host, self.config.port)
-        except OSError as error:
-            # Several nodes on one host (local clusters, workers) must not die for this.
-            log.error(
-                "metrics endpoint %s:%d unavailable: %s", self.config.host, self.config.port, error
-            )
-            return None
+        return await self.endpoint.start(self.config.host, self.config.port)
 
     async def stop(self) -> None:
         self.loop_lag.stop()

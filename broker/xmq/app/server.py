@@ -7,17 +7,19 @@ import gc
 import logging
 import os
 import signal
+import threading
+from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
 from xmq import __version__
 from xmq.app.cluster_runtime import ClusterRuntime, redis_url_of
 from xmq.app.node_endpoint import NodeEndpoint, cluster_member_check, database_check
+from xmq.app.preflight import StartupError, check_startup
 from xmq.app.supervisor import Supervisor, follow_supervisor
 from xmq.app.worker_plan import worker_config, worker_count, worker_index
 from xmq.auth.file_accounts import FileAccounts
 from xmq.auth.postgres_accounts import PostgresAccounts, PostgresAccountsConfig
-from xmq.cluster.link_tls import link_tls_contexts
 from xmq.codec.reason_codes import ReasonCode
 from xmq.config import BrokerConfig, load_config
 from xmq.core.auth_ports import (
@@ -31,7 +33,7 @@ from xmq.core.broker import Broker
 from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
 from xmq.core.sys_topics import SysPublisher
-from xmq.net.listeners import ListenerSet
+from xmq.net.listeners import ListenerSet, ListenerStartError
 from xmq.observability.log_format import apply_logging
 from xmq.protocol.connect_terms import ServerLimits
 
@@ -137,7 +139,10 @@ class BrokerNode:
                 f"xmq: cluster {identity.node_id} epoch {identity.epoch} link {address}",
                 flush=True,
             )
-        await self.listeners.start(self.config.listeners)
+        try:
+            await self.listeners.start(self.config.listeners)
+        except ListenerStartError as error:
+            raise StartupError(str(error)) from error
         self.sys.start()
         for bound in self.listeners.bound:
             # One line per listener on stdout: scripts and tests read the resolved ports.
@@ -145,7 +150,11 @@ class BrokerNode:
                 f"xmq: listening {bound.name} {bound.protocol} {bound.host}:{bound.port}",
                 flush=True,
             )
-        metrics = await self.endpoint.start()
+        try:
+            metrics = await self.endpoint.start()
+        except OSError as error:
+            where = f"{self.config.metrics.host}:{self.config.metrics.port}"
+            raise StartupError(f"metrics.port: {where}: {error}") from error
         if metrics is not None:
             print(f"xmq: listening metrics http {metrics[0]}:{metrics[1]}", flush=True)
         if self.worker is not None:
@@ -185,23 +194,32 @@ class BrokerNode:
         return len(connections)
 
     async def shutdown(self, grace_s: float | None = None) -> None:
-        """Stop accepting, tell MQTT 5 clients the server is shutting down, flush, close."""
+        """Stop accepting, tell MQTT 5 clients the server is shutting down, flush, close.
+
+        Everything happens within ``grace_s``: the clients get it less a share kept for
+        leaving the cluster (records flushed, lease dropped), then are aborted; each later
+        step is cut short at the deadline (a Redis that stopped answering cannot hold the
+        process). ``run`` also arms a watchdog for the rest (``SHUTDOWN_OVERRUN_S``)."""
         if grace_s is None:
             grace_s = self.config.shutdown.grace_s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
         self.listeners.stop_accepting()
         self.sys.stop()
         reference = self.config.shutdown.server_reference if self.draining else None
         self._disconnect_all(reference, "draining" if reference else "server shutting down")
+        reserve = min(CLUSTER_STOP_SHARE_S, grace_s / 2) if self.cluster is not None else 0.0
         try:
-            await asyncio.wait_for(self.listeners.idle.wait(), grace_s)
+            async with asyncio.timeout_at(deadline - reserve):
+                await self.listeners.idle.wait()
         except TimeoutError:
             for client in list(self.listeners.clients):
                 client.abort()
         if self.cluster is not None:
-            await self.cluster.stop()
+            await _before(deadline, "leaving the cluster", self.cluster.stop)
         if self.account_store is not None:
-            await self.account_store.close()
-        await self.endpoint.stop()
+            await _before(deadline, "closing the account store", self.account_store.close)
+        await _before(deadline, "closing the HTTP endpoint", self.endpoint.stop)
 
     config_path: str | None = None
     """The YAML file the node was started with (re-read on SIGHUP for the log settings)."""
@@ -232,9 +250,20 @@ class BrokerNode:
         supervisor = follow_supervisor()
         if supervisor is not None:
             loop.call_later(1.0, self._watch_supervisor, loop, supervisor)
-        await self.start()
-        await self.stopping.wait()
+        starting = asyncio.ensure_future(self.start())
+        signalled = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait((starting, signalled), return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():  # SIGTERM while starting (waiting for Redis, say)
+            log.info("stopped while starting")
+            starting.cancel()
+            await asyncio.wait((starting,))
+        elif (failure := starting.exception()) is not None:
+            signalled.cancel()
+            await self.shutdown(0)  # leave the cluster, close what did start
+            raise failure
+        await signalled
         log.info("shutting down")
+        _arm_watchdog(self.config.shutdown.grace_s + SHUTDOWN_OVERRUN_S)
         await self.shutdown()
 
     def _watch_supervisor(self, loop: asyncio.AbstractEventLoop, supervisor: int) -> None:
@@ -245,6 +274,40 @@ class BrokerNode:
         loop.call_later(1.0, self._watch_supervisor, loop, supervisor)
 
 
+CLUSTER_STOP_SHARE_S = 3.0
+"""Of ``shutdown.grace_s`` (at most half of it), the seconds kept after the clients for
+leaving the cluster: unwritten records flushed, node links closed, the lease dropped."""
+SHUTDOWN_OVERRUN_S = 2.0
+"""After SIGTERM the process exits within ``grace_s`` plus this, whatever still runs (a
+task that ignores cancellation, a thread in the default executor): the watchdog ends it."""
+_STEP_MINIMUM_S = 0.1
+
+
+async def _before(deadline: float, what: str, step: Callable[[], Awaitable[None]]) -> None:
+    """Run one shutdown step, cut short at ``deadline`` (with a moment to start at all)."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout_at(max(deadline, loop.time() + _STEP_MINIMUM_S)):
+            await step()
+    except TimeoutError:
+        log.warning("shutdown: %s cut short at the end of shutdown.grace_s", what)
+    except Exception as error:  # e.g. stopped half-way through the start: go on stopping
+        log.warning("shutdown: %s failed: %s: %s", what, type(error).__name__, error)
+
+
+def _arm_watchdog(after_s: float) -> None:
+    """End the process ``after_s`` from now if it has not exited by itself."""
+
+    def overran() -> None:
+        log.error("shutdown took longer than shutdown.grace_s + %gs: exiting", SHUTDOWN_OVERRUN_S)
+        logging.shutdown()
+        os._exit(1)
+
+    timer = threading.Timer(after_s, overran)
+    timer.daemon = True
+    timer.start()
+
+
 def configure_logging(config: BrokerConfig) -> None:
     apply_logging(config.log.level, config.log.json_format)
 
@@ -252,10 +315,9 @@ def configure_logging(config: BrokerConfig) -> None:
 def serve(config: BrokerConfig, config_path: str | None = None) -> int:
     """Run one broker node until SIGTERM/SIGINT (or supervise ``workers`` node processes)."""
     configure_logging(config)
-    if config.cluster.link_tls is not None and redis_url_of(config):
-        link_tls_contexts(config.cluster.link_tls)  # LinkTlsError names a bad file now
     worker = worker_index()
-    if worker is None:
+    if worker is None:  # a worker's supervisor checked all this (and holds the ports)
+        check_startup(config)  # StartupError: one line naming the field and file or address
         count = worker_count(config)
         if count > 1:
             return Supervisor(config, config_path, count).run()

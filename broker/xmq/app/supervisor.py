@@ -36,6 +36,7 @@ from xmq.app.worker_plan import (
 )
 from xmq.config import BrokerConfig, ListenerConfig
 from xmq.contract.pod import POD_UID_ENV
+from xmq.observability.admin_access import AdminAccess
 
 log = logging.getLogger("xmq.app.supervisor")
 
@@ -130,7 +131,10 @@ class Supervisor:
                 metrics.host
             )
         endpoint = SupervisorEndpoint(
-            self.workers, _local_address(metrics.host), lambda: self.stopping
+            self.workers,
+            _local_address(metrics.host),
+            lambda: self.stopping,
+            AdminAccess(metrics.admin_token_file),
         )
         thread = EndpointThread(endpoint, metrics.host, metrics.port)
         thread.start()

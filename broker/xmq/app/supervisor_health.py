@@ -13,7 +13,9 @@ timeout) and answers for all of them:
   worker (``"worker 1": "pid 4242: cluster: cluster member offline (lease not held)"``).
 - ``/metrics``: the supervisor's own (``xmq_worker_up``, ``xmq_worker_restarts_total`` per
   worker, process CPU and memory); each worker's metrics are on its own port.
-- ``POST /admin/<action>`` is sent on to every running worker (``xmq drain --url``).
+- ``POST /admin/<action>`` is sent on to every running worker (``xmq drain --url``), once
+  the supervisor's own ``AdminAccess`` let it through (the token, else loopback only); the
+  supervisor presents the token to the workers itself.
 
 The endpoint runs its own event loop in a thread: the supervisor's main loop stays the plain
 blocking loop that reaps and restarts workers. It reads the ``Worker`` records that loop
@@ -35,6 +37,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from xmq.observability.admin_access import AdminAccess, AdminTokenError
 from xmq.observability.http_endpoint import HttpResponse, ObservabilityEndpoint
 from xmq.observability.readiness import LoopLagMonitor, ReadinessCheck, ReadinessChecks
 
@@ -52,14 +55,20 @@ _MAX_RESPONSE_BYTES = 1024 * 1024
 
 
 async def http_request(
-    host: str, port: int, method: str, target: str, timeout_s: float = PROBE_TIMEOUT_S
+    host: str,
+    port: int,
+    method: str,
+    target: str,
+    timeout_s: float = PROBE_TIMEOUT_S,
+    authorization: str | None = None,
 ) -> tuple[int, bytes]:
     """One HTTP/1.1 request to a worker's endpoint (which closes after each answer)."""
+    extra = f"Authorization: {authorization}\r\n" if authorization else ""
     async with asyncio.timeout(timeout_s):
         reader, writer = await asyncio.open_connection(host, port)
         try:
             writer.write(
-                f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"{method} {target} HTTP/1.1\r\nHost: {host}:{port}\r\n{extra}"
                 "Content-Length: 0\r\nConnection: close\r\n\r\n".encode()
             )
             await writer.drain()
@@ -119,13 +128,20 @@ class SupervisorEndpoint(ObservabilityEndpoint):
     """The pod-level probes over every worker's own endpoint."""
 
     def __init__(
-        self, workers: Sequence[Worker], worker_host: str, stopping: Callable[[], bool]
+        self,
+        workers: Sequence[Worker],
+        worker_host: str,
+        stopping: Callable[[], bool],
+        admin: AdminAccess | None = None,
     ) -> None:
         registry = CollectorRegistry(auto_describe=False)
         registry.register(WorkerCollector(workers))
         ProcessCollector(registry=registry)
         super().__init__(
-            registry, ReadinessChecks(timeout_s=PROBE_TIMEOUT_S + 0.5), LoopLagMonitor()
+            registry,
+            ReadinessChecks(timeout_s=PROBE_TIMEOUT_S + 0.5),
+            LoopLagMonitor(),
+            admin=admin,
         )
         self.workers = workers
         self.worker_host = worker_host
@@ -212,14 +228,24 @@ class SupervisorEndpoint(ObservabilityEndpoint):
         return await super().respond(method, target)
 
     async def _forward(self, method: str, target: str) -> HttpResponse:
-        """An admin action, sent on to every running worker."""
+        """An admin action (already authorised), sent on to every running worker."""
+        try:
+            authorization = self.admin.header()
+        except AdminTokenError as error:
+            log.error("admin request not forwarded: metrics.admin_token_file: %s", error)
+            return HttpResponse(503, b"admin token unavailable\n")
 
         async def one(worker: Worker) -> tuple[bool, str]:
             if worker.proc is None:
                 return False, f"worker {worker.index}: not running"
             try:
                 status, body = await http_request(
-                    self.worker_host, worker.http_port, method, target, _ADMIN_TIMEOUT_S
+                    self.worker_host,
+                    worker.http_port,
+                    method,
+                    target,
+                    _ADMIN_TIMEOUT_S,
+                    authorization,
                 )
             except (OSError, TimeoutError) as error:
                 return False, f"worker {worker.index}: {_why(error, _ADMIN_TIMEOUT_S)}"

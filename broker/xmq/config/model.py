@@ -269,6 +269,13 @@ class MetricsConfig(Section):
     max_loop_lag_s: float = Field(
         default=5.0, gt=0, description="Event-loop lag above which /healthz fails."
     )
+    admin_token_file: Path | None = Field(
+        default=None,
+        description="File holding the bearer token the admin endpoints (POST /admin/drain) "
+        "require (`Authorization: Bearer <token>`, at least 16 characters, re-read on every "
+        "request; `xmq drain` sends it). Unset: admin endpoints answer loopback clients only "
+        "(403 otherwise); /metrics and the probes stay open either way.",
+    )
 
 
 class ShutdownConfig(Section):

@@ -31,7 +31,9 @@ XMQ reads one YAML file (`xmq serve --config FILE`) plus environment variables. 
 can also be set as `XMQ_<SECTION>__<KEY>` (for example `XMQ_MQTT__MAX_PACKET_SIZE=65536`);
 the environment wins over the file. `listeners` is a list: set it in the file, or as JSON
 in `XMQ_LISTENERS`. Unknown keys are refused, and `xmq check-config FILE` validates a file
-without starting the broker: each error names the field and the values it allows.
+without starting the broker: each error is one line naming the field and the values it
+allows. It also checks what `xmq serve` needs: files readable, certificate and key a pair,
+hosts and ports bindable, no two listeners on one port (see operations-broker.md).
 
 Example:
 

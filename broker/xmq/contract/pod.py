@@ -28,6 +28,10 @@ TLS_DIR = "/etc/xmq/tls"
 """Where the listener TLS Secret (``tls.crt``, ``tls.key``, optional ``ca.crt``) is mounted."""
 LINK_TLS_DIR = "/etc/xmq/link-tls"
 """Where the node-link TLS Secret (``tls.crt``, ``tls.key``, ``ca.crt``) is mounted."""
+ADMIN_TOKEN_DIR = "/etc/xmq/admin"
+ADMIN_TOKEN_FILE = f"{ADMIN_TOKEN_DIR}/token"
+"""The admin bearer token (``spec.adminToken``'s Secret key), ``metrics.admin_token_file``;
+the preStop ``xmq drain`` reads it through the config file."""
 
 MQTT_PORT = 1884
 MQTT_TLS_PORT = 8883

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +42,10 @@ class BoundListener:
     protocol: str
     host: str
     port: int
+
+
+class ListenerStartError(OSError):
+    """A listener could not start (bind, certificates); the message names it and its address."""
 
 
 MadeHook = Callable[[MqttClientProtocol, asyncio.Transport], None]
@@ -81,8 +86,13 @@ class ListenerSet:
     async def start(self, listeners: tuple[ListenerConfig, ...]) -> None:
         loop = asyncio.get_running_loop()
         self._scheduler = FlushScheduler(loop)
-        for spec in listeners:
-            await self._start_one(loop, spec)
+        for index, spec in enumerate(listeners):
+            try:
+                await self._start_one(loop, spec)
+            except (OSError, ssl.SSLError) as error:
+                raise ListenerStartError(
+                    f"listeners.{index} ({spec.name}): {spec.host}:{spec.port}: {error}"
+                ) from error
         self.certificates.start()
 
     async def _start_one(self, loop: asyncio.AbstractEventLoop, spec: ListenerConfig) -> None:

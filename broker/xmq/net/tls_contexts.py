@@ -4,6 +4,13 @@ A listener keeps one ``SSLContext`` for its whole life; a reload loads the new c
 and key into that same context, so new handshakes use them while connections already open
 keep their session. New files are first loaded into a scratch context: a broken or
 half-written pair is refused (and logged) without touching the live one.
+
+Failed handshakes (plain MQTT or garbage on a TLS port, a client certificate from another
+CA, a client that refuses our certificate) are counted per listener and OpenSSL reason for
+``/metrics`` and logged at most once a minute per reason, with the count of the others:
+the context's ``sslobject_class`` (what both asyncio's and uvloop's TLS transports create
+for each connection) reports every ``do_handshake`` that raises. A client that connects
+and closes without a handshake (a port check) is not a failure.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -24,6 +32,52 @@ _VERIFY_MODES = {
     "required": ssl.CERT_REQUIRED,
 }
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+
+
+class TlsFilesError(ValueError):
+    """A listener's certificate, key or CA file is missing or unusable (names field and file)."""
+
+
+def _pem_text(field: str, path: Path) -> str:
+    try:
+        return path.read_text(encoding="ascii", errors="replace")
+    except OSError as error:
+        raise TlsFilesError(f"{field}: cannot read {path}: {error.strerror or error}") from error
+
+
+def check_tls_files(field: str, config: TlsConfig) -> None:
+    """Raise ``TlsFilesError`` naming ``field.<key>`` and the path if a file is missing or not
+    what it should be (a key given as the certificate, a pair that does not match)."""
+    cert = _pem_text(f"{field}.cert_file", config.cert_file)
+    if "-----BEGIN CERTIFICATE-----" not in cert:
+        what = "a private key" if "PRIVATE KEY-----" in cert else "no PEM certificate"
+        raise TlsFilesError(
+            f"{field}.cert_file: {config.cert_file} holds {what}, not a certificate"
+        )
+    key = _pem_text(f"{field}.key_file", config.key_file)
+    if "PRIVATE KEY-----" not in key:
+        what = "a certificate" if "-----BEGIN CERTIFICATE-----" in key else "no PEM private key"
+        raise TlsFilesError(f"{field}.key_file: {config.key_file} holds {what}, not a private key")
+    if config.ca_file is not None:
+        _pem_text(f"{field}.ca_file", config.ca_file)
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cafile=config.ca_file)
+        except (ssl.SSLError, OSError) as error:
+            raise TlsFilesError(
+                f"{field}.ca_file: cannot load the CA certificates from {config.ca_file}: {error}"
+            ) from error
+    try:
+        _new_context(config)
+    except (ssl.SSLError, OSError) as error:
+        reason = getattr(error, "reason", None)
+        if reason == "KEY_VALUES_MISMATCH":
+            raise TlsFilesError(
+                f"{field}: certificate {config.cert_file} and key {config.key_file} are not a pair"
+            ) from error
+        raise TlsFilesError(
+            f"{field}: cannot load certificate {config.cert_file} with key {config.key_file}: "
+            f"{error}"
+        ) from error
 
 
 def _load_into(context: ssl.SSLContext, config: TlsConfig) -> None:
@@ -40,6 +94,68 @@ def _new_context(config: TlsConfig) -> ssl.SSLContext:
     return context
 
 
+LOG_INTERVAL_S = 60.0
+"""A listener logs each kind of handshake failure at most once per this many seconds."""
+MAX_REASONS = 32
+"""Distinct reasons counted per listener; rarer ones are counted as ``other``."""
+
+
+def failure_reason(error: ssl.SSLError) -> str:
+    """``wrong_version_number``, ``certificate_verify_failed``, ``tlsv1_alert_unknown_ca``..."""
+    reason = getattr(error, "reason", None)
+    if isinstance(reason, str) and reason:
+        return reason.lower()
+    return type(error).__name__.lower()
+
+
+class HandshakeFailures:
+    """A listener's failed TLS handshakes: counts by reason and a rate-limited log line."""
+
+    def __init__(self, listener: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.listener = listener
+        self.clock = clock
+        self.by_reason: dict[str, int] = {}
+        self._logged_at: dict[str, float] = {}
+        self._unlogged: dict[str, int] = {}
+
+    def failed(self, error: ssl.SSLError) -> None:
+        reason = failure_reason(error)
+        if reason not in self.by_reason and len(self.by_reason) >= MAX_REASONS:
+            reason = "other"
+        self.by_reason[reason] = self.by_reason.get(reason, 0) + 1
+        now = self.clock()
+        last = self._logged_at.get(reason)
+        if last is not None and now - last < LOG_INTERVAL_S:
+            self._unlogged[reason] = self._unlogged.get(reason, 0) + 1
+            return
+        self._logged_at[reason] = now
+        others = self._unlogged.pop(reason, 0)
+        more = f" ({others} more since the last line)" if others else ""
+        log.warning(
+            "listener %s: TLS handshake failed: %s%s; %d in all",
+            self.listener,
+            error,
+            more,
+            self.by_reason[reason],
+        )
+
+
+def _observed_sslobject_class(failures: HandshakeFailures) -> type[ssl.SSLObject]:
+    """An ``SSLObject`` class reporting failed handshakes to ``failures``."""
+
+    class ObservedSSLObject(ssl.SSLObject):
+        def do_handshake(self) -> None:
+            try:
+                super().do_handshake()
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                raise  # in progress
+            except ssl.SSLError as error:
+                failures.failed(error)
+                raise
+
+    return ObservedSSLObject
+
+
 class ReloadableTlsContext:
     """One listener's server context; ``reload_if_changed`` is cheap (two ``stat`` calls)."""
 
@@ -47,6 +163,8 @@ class ReloadableTlsContext:
         self.listener = listener
         self.config = config
         self.context = _new_context(config)
+        self.handshake_failures = HandshakeFailures(listener)
+        self.context.sslobject_class = _observed_sslobject_class(self.handshake_failures)
         self.reloads = 0
         self._stamp = self._file_stamp()
 

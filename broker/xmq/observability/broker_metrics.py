@@ -48,18 +48,20 @@ class LabelledSource:
 
     name: str
     documentation: str
-    label: str
-    read: Callable[[], Mapping[str, float]]
+    label: str | tuple[str, ...]
+    """One label, or several (then ``read`` is keyed by tuples of their values)."""
+    read: Callable[[], Mapping[str, float]] | Callable[[], Mapping[tuple[str, str], float]]
     kind: Literal["gauge", "counter"] = "gauge"
 
     def family(self) -> Metric:
         metric: Metric
+        labels = [self.label] if isinstance(self.label, str) else list(self.label)
         if self.kind == "counter":
-            metric = CounterMetricFamily(self.name, self.documentation, labels=[self.label])
+            metric = CounterMetricFamily(self.name, self.documentation, labels=labels)
         else:
-            metric = GaugeMetricFamily(self.name, self.documentation, labels=[self.label])
+            metric = GaugeMetricFamily(self.name, self.documentation, labels=labels)
         for value, sample in sorted(self.read().items()):
-            metric.add_metric([value], sample)
+            metric.add_metric([value] if isinstance(value, str) else list(value), sample)
         return metric
 
 

@@ -1,8 +1,9 @@
 """The node's HTTP endpoint (its own port): ``/metrics``, ``/healthz``, ``/readyz``, admin.
 
 HTTP/1.1 is parsed with ``h11``; every response closes the connection (Prometheus and
-Kubernetes probes open one connection per request anyway). Admin actions (``POST /drain``)
-are callables the composition root registers.
+Kubernetes probes open one connection per request anyway). Admin actions (``POST
+/admin/<name>``) are callables the composition root registers; ``AdminAccess`` decides who
+may call them (a bearer token, else loopback only) before any of them runs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from urllib.parse import parse_qsl, urlsplit
 import h11
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from xmq.observability.admin_access import AdminAccess
 from xmq.observability.readiness import LoopLagMonitor, ReadinessChecks
 
 log = logging.getLogger("xmq.observability")
@@ -45,8 +47,10 @@ class ObservabilityEndpoint:
         readiness: ReadinessChecks,
         loop_lag: LoopLagMonitor,
         max_loop_lag_s: float = 5.0,
+        admin: AdminAccess | None = None,
     ) -> None:
         self.registry = registry
+        self.admin = admin if admin is not None else AdminAccess()
         self.readiness = readiness
         self.loop_lag = loop_lag
         self.max_loop_lag_s = max_loop_lag_s
@@ -78,13 +82,22 @@ class ObservabilityEndpoint:
             request = await _read_request(connection, reader)
             if request is None:
                 return
-            method, target = request
-            response = await self.respond(method, target)
+            method, target, authorization = request
+            peer = writer.get_extra_info("peername")
+            refusal = None
+            if urlsplit(target).path.startswith("/admin/"):
+                refusal = self.admin.refusal(authorization, str(peer[0]) if peer else None)
+            if refusal is None:
+                response = await self.respond(method, target)
+            else:
+                response = HttpResponse(refusal.status, refusal.reason.encode() + b"\n")
             headers = [
                 ("content-type", response.content_type),
                 ("content-length", str(len(response.body))),
                 ("connection", "close"),
             ]
+            if response.status == 401:
+                headers.append(("www-authenticate", 'Bearer realm="xmq admin"'))
             head = h11.Response(
                 status_code=response.status,
                 headers=headers,
@@ -121,6 +134,7 @@ class ObservabilityEndpoint:
             return HttpResponse(
                 200 if ready else 503, json.dumps(body).encode() + b"\n", "application/json"
             )
+        # Admin paths reach this point only past ``self.admin`` (see ``_serve``).
         action = self.actions.get(path.removeprefix("/admin/").strip("/"))
         if action is not None and path.startswith("/admin/"):
             if method != "POST":
@@ -132,8 +146,9 @@ class ObservabilityEndpoint:
 
 async def _read_request(
     connection: h11.Connection, reader: asyncio.StreamReader
-) -> tuple[str, str] | None:
-    """Read one request; return (method, target) or ``None`` if the peer went away."""
+) -> tuple[str, str, bytes | None] | None:
+    """Read one request; return (method, target, Authorization header) or ``None`` if the
+    peer went away."""
     request: h11.Request | None = None
     async with asyncio.timeout(10):
         while True:
@@ -148,6 +163,9 @@ async def _read_request(
                 request = event
             elif isinstance(event, h11.EndOfMessage):
                 assert request is not None
-                return request.method.decode(), request.target.decode()
+                authorization = next(
+                    (value for name, value in request.headers if name == b"authorization"), None
+                )
+                return request.method.decode(), request.target.decode(), authorization
             elif isinstance(event, h11.ConnectionClosed):
                 return None

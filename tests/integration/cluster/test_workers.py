@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -240,5 +241,42 @@ def test_the_pod_probes_answer_for_every_worker(redis_server: RedisServer) -> No
         assert "worker 0: draining:" in body and "worker 1: draining:" in body
         checks = json.loads(_probe(supervisor, "/readyz")[1])["checks"]
         assert checks["worker 0"].endswith("; draining: draining"), checks
+    finally:
+        supervisor.stop()
+
+
+def test_drain_through_the_supervisor_needs_the_admin_token(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """With ``metrics.admin_token_file`` the supervisor refuses a drain without the token and
+    presents the token itself to every worker, whose own endpoints refuse it without one."""
+    token_file = tmp_path / "admin-token"
+    token_file.write_text("workers-admin-token-0123456789\n")
+    yaml = _yaml(redis_server.url, "workers-admin").replace(
+        "metrics: {host: 127.0.0.1, port: 0}",
+        f"metrics: {{host: 127.0.0.1, port: 0, admin_token_file: '{token_file}'}}",
+    )
+    supervisor = WorkerSupervisor(yaml)
+    try:
+        running = supervisor.wait_started(2)
+        wait_for(lambda: _probe(supervisor, "/readyz")[0] == 200, 20, "pod ready")
+        status, body = http(supervisor.health_port, "/admin/drain", method="POST")
+        assert status == 401, body
+        for worker in running.values():
+            assert http(worker.metrics_port, "/admin/drain", method="POST")[0] == 401
+        assert _probe(supervisor, "/readyz")[0] == 200  # nobody drained
+
+        url = f"http://127.0.0.1:{supervisor.health_port}"
+        result = subprocess.run(
+            [sys.executable, "-m", "xmq", "drain", "--url", url, "--token-file", str(token_file)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "worker 0: draining:" in result.stdout and "worker 1: draining:" in result.stdout
+        checks = json.loads(_probe(supervisor, "/readyz")[1])["checks"]
+        assert checks["worker 1"].endswith("; draining: draining"), checks
     finally:
         supervisor.stop()

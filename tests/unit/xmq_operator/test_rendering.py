@@ -271,3 +271,30 @@ def test_link_tls_mounts_the_secret_and_configures_the_links() -> None:
         "ca_file": "/etc/xmq/link-tls/ca.crt",
     }
     assert desired.template_hash != _render().template_hash
+
+
+def test_admin_token_mounts_the_secret_key_and_configures_the_token_file() -> None:
+    desired = _render(
+        {"adminToken": {"secretName": "xmq-admin", "key": "drain"}, "config": {"metrics": {}}}
+    )
+    pod_spec = _pod_spec(desired)
+    volume = {
+        "name": "admin-token",
+        "secret": {"secretName": "xmq-admin", "items": [{"key": "drain", "path": "token"}]},
+    }
+    assert volume in pod_spec["volumes"]
+    (container,) = pod_spec["containers"]
+    assert {
+        "name": "admin-token",
+        "mountPath": pod_contract.ADMIN_TOKEN_DIR,
+        "readOnly": True,
+    } in container["volumeMounts"]
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["xmq", "drain"]
+    config_map = _by_kind(desired, "ConfigMap")
+    (text,) = config_map["data"].values()
+    metrics = yaml.safe_load(text)["metrics"]
+    assert metrics == {"admin_token_file": pod_contract.ADMIN_TOKEN_FILE}
+    assert pod_contract.ADMIN_TOKEN_FILE == "/etc/xmq/admin/token"
+    assert "admin_token_file" not in yaml.safe_load(
+        next(iter(_by_kind(_render(), "ConfigMap")["data"].values()))
+    ).get("metrics", {})
