@@ -63,3 +63,21 @@ def _block_the_loop(seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         pass
+
+
+async def test_the_10ms_sampler_keeps_the_longest_stall_and_a_histogram() -> None:
+    monitor = LoopLagMonitor()
+    assert monitor.interval_s == 0.01
+    monitor.start()
+    try:
+        await asyncio.sleep(0.1)
+        _block_the_loop(0.2)
+        await asyncio.sleep(0.1)  # the probe runs again: the last lag is small again
+        assert monitor.last_lag_s < 0.1
+        assert monitor.max_lag() >= 0.15  # but the window remembers the stall
+        histogram = monitor.histogram
+        assert histogram.count >= 10
+        stalls = sum(histogram.counts[histogram.bounds.index(0.1) + 1 :])
+        assert stalls >= 1
+    finally:
+        monitor.stop()
