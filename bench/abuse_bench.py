@@ -261,6 +261,11 @@ async def _drain(client: Client, seconds: float) -> int:
     return count
 
 
+async def no_attack(broker: Broker) -> str:
+    await asyncio.sleep(10)
+    return "10 s of well-behaved traffic only"
+
+
 async def subscribe_hash_x1000(broker: Broker) -> str:
     await _retain(broker.port, [f"r/{n % 50}/{n:05d}" for n in range(5000)])
     client = await Client.open(broker.port)
@@ -450,6 +455,7 @@ def attacks(workdir: Path) -> list[Attack]:
     auth = f"auth: {{allow_anonymous: false, accounts_file: {accounts}}}\n"
     login: dict[str, object] = {"username": "good", "password": GOOD_PASSWORD.encode()}
     return [
+        Attack("(no attack: the noise floor)", no_attack),
         Attack("subscribe # x1000 vs 5,000 retained", subscribe_hash_x1000),
         Attack("200 x # vs deep retained topics", deep_retained),
         Attack("offline fan-out flood (2,000 x 3,000)", offline_fanout),

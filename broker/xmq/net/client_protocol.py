@@ -1,10 +1,11 @@
 """The asyncio protocol of one MQTT client connection: bytes in, packets to the core, bytes out.
 
 ``data_received`` decodes every complete packet and hands each to the core synchronously,
-until the packets handled have planned ``READ_SLICE_DELIVERIES`` deliveries: the rest of the
-read waits for the next loop turn (``call_soon``) with reading paused, so one read of thousands
-of PUBLISH packets fanned out to thousands of sessions cannot hold the loop for seconds. Each
-PUBLISH is still routed whole before its acknowledgement, and packets keep their order.
+until the packets handled have planned ``READ_SLICE_DELIVERIES`` deliveries (each packet
+counting as ``PACKET_WORK``): the rest of the read waits for the next loop turn
+(``call_soon``) with reading paused, so one read of thousands of PUBLISH packets fanned out
+to thousands of sessions cannot hold the loop for seconds. Each PUBLISH is still routed whole
+before its acknowledgement, and packets keep their order.
 Output is appended to one ``bytearray`` per connection and written once per loop tick for all
 connections that have output (``FlushScheduler``), so a burst of deliveries to one client costs
 one ``write`` system call.
@@ -36,6 +37,10 @@ LINGER_S = 2.0
 READ_SLICE_DELIVERIES = 4096
 """Deliveries routed from one connection's packets per loop turn (a few ms of work) before
 the rest of its read waits for the next turn."""
+
+PACKET_WORK = 8
+"""Each packet handled counts as this many deliveries towards the slice: a read of packets
+that reach no subscriber (retained messages on new topics, say) is sliced too, at 512."""
 
 
 class FlushScheduler:
@@ -176,7 +181,8 @@ class MqttClientProtocol(asyncio.Protocol):
             if self._closing:
                 return
             conn.handle(packet)
-            if index < last and stats.deliveries_routed - started >= READ_SLICE_DELIVERIES:
+            work = stats.deliveries_routed - started + index * PACKET_WORK
+            if index < last and work >= READ_SLICE_DELIVERIES:
                 self._backlog = packets[index + 1 :]
                 self._backlog_error = error
                 if self._transport is not None:

@@ -13,7 +13,12 @@ from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
 from xmq.core.session import Session, Subscription
 from xmq.core.settings import CoreSettings
-from xmq.net.client_protocol import READ_SLICE_DELIVERIES, FlushScheduler, MqttClientProtocol
+from xmq.net.client_protocol import (
+    PACKET_WORK,
+    READ_SLICE_DELIVERIES,
+    FlushScheduler,
+    MqttClientProtocol,
+)
 
 _SESSIONS = 200
 _MESSAGES = 300
@@ -69,6 +74,14 @@ def _flood() -> bytes:
     )
 
 
+def _per_turn(fan_out: int) -> int:
+    """Packets handled in one turn: until their deliveries and packets reach the slice."""
+    count = 1
+    while count * fan_out + (count - 1) * PACKET_WORK < READ_SLICE_DELIVERIES:
+        count += 1
+    return count
+
+
 def _paused(transport: _Transport) -> bool:
     return transport.paused
 
@@ -82,7 +95,7 @@ def test_a_flood_in_one_read_is_routed_a_slice_per_turn_in_order() -> None:
     broker, loop, protocol, transport = _setup()
     received = broker.stats.messages_received
     protocol.data_received(_flood())
-    per_turn = -(-READ_SLICE_DELIVERIES // _SESSIONS)
+    per_turn = _per_turn(_SESSIONS)
     assert broker.stats.messages_received - received == per_turn
     assert _paused(transport)  # nothing more is read until the backlog is done
     turns = 0
@@ -108,3 +121,19 @@ def test_a_pause_by_the_core_outlives_the_backlog() -> None:
     assert _paused(transport)
     protocol.resume_reading()
     assert not _paused(transport)
+
+
+def test_packets_that_reach_no_one_are_sliced_too() -> None:
+    broker, loop, protocol, transport = _setup()
+    received = broker.stats.messages_received
+    protocol.data_received(
+        b"".join(
+            encode(Publish(topic=f"retained/{n}", payload=b"r", qos=0, retain=True), MQTT_5)
+            for n in range(2000)
+        )
+    )
+    assert broker.stats.messages_received - received == _per_turn(0)
+    while loop.pending():
+        loop.run_turn()
+    assert broker.stats.messages_received - received == 2000
+    assert len(broker.retained) == 2000
