@@ -268,12 +268,18 @@ async def no_attack(broker: Broker) -> str:
 
 async def subscribe_hash_x1000(broker: Broker) -> str:
     await _retain(broker.port, [f"r/{n % 50}/{n:05d}" for n in range(5000)])
+    got = await _subscribe_hash(broker, 1000)
+    return f"{got} retained messages received (5,000 retained)"
+
+
+async def _subscribe_hash(broker: Broker, times: int) -> int:
+    """One SUBSCRIBE listing `#` `times` times; the retained messages received in 10 s."""
     client = await Client.open(broker.port)
     await client.connect("abuser")
-    client.send(Subscribe(1, [SubscriptionRequest("#", 0)] * 1000))
+    client.send(Subscribe(1, [SubscriptionRequest("#", 0)] * times))
     got = await _drain(client, 10)
     client.close()
-    return f"{got} retained messages received (5,000 retained)"
+    return got
 
 
 async def deep_retained(broker: Broker) -> str:
@@ -287,11 +293,7 @@ async def deep_retained(broker: Broker) -> str:
             refused += 1
         client.close()
     await _retain(broker.port, ["/".join(["d"] * 126) + f"/{n}" for n in range(200)])
-    client = await Client.open(broker.port)
-    await client.connect("abuser")
-    client.send(Subscribe(1, [SubscriptionRequest("#", 0)] * 200))
-    got = await _drain(client, 10)
-    client.close()
+    got = await _subscribe_hash(broker, 200)
     return f"{refused}/20 65,000-level topics refused; 200 x # got {got} of 200 (127 levels)"
 
 

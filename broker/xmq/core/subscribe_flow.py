@@ -73,8 +73,10 @@ def handle_subscribe(conn: ClientConnection, packet: Subscribe) -> None:
         if feed is None:
             feed = conn.retained_feed = RetainedFeed(conn)
         ids = (identifier,) if identifier else _NO_IDS
+        retained = broker.retained
+        now = retained.revision  # later retained messages reach the subscriptions live
         for sub, key in owed:
-            feed.add(sub, key, broker.retained.walk(sub.topic_filter), ids)
+            feed.add(sub, key, retained.walk(sub.topic_filter, now), ids)
         feed.start()
 
 

@@ -101,9 +101,9 @@ class RetainedStore(Generic[M]):
     def walk(self, flt: str, up_to: int | None = None) -> Iterator[tuple[str, M]]:
         """The `(topic, message)` pairs matching `flt`, lazily: one node at a time.
 
-        Safe to suspend across changes to the store: a message set after the walk began
-        (revision above `up_to`, default: the revision now) or deleted before it is reached
-        is not yielded, and no topic is yielded twice.
+        Safe to suspend across changes to the store: a message set at a revision above
+        `up_to` (default: the revision when the walk starts, at its first ``next``) or deleted
+        before it is reached is not yielded, and no topic is yielded twice.
         """
         limit = self.revision if up_to is None else up_to
         if SINGLE_LEVEL_WILDCARD not in flt and MULTI_LEVEL_WILDCARD not in flt:

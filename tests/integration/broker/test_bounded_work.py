@@ -4,7 +4,7 @@ SUBSCRIBE and the one-read flood of issue 13, with the event-loop stall read fro
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -31,12 +31,9 @@ MAX_STALL_S = 1.0
 
 
 @pytest.fixture
-def broker() -> Iterator[BrokerProcess]:
-    process = BrokerProcess()
-    try:
-        yield process
-    finally:
-        process.stop()
+def broker(start_broker: Callable[..., BrokerProcess]) -> BrokerProcess:
+    """A broker of its own: each test counts the retained messages it gets."""
+    return start_broker()
 
 
 def _stall(process: BrokerProcess) -> float:

@@ -4,7 +4,7 @@ budget plus a fixed baseline (issue 13 saw xmq_queued_bytes 48 MB while RSS rose
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,12 +29,8 @@ limits: {{memory_budget_bytes: {BUDGET}, max_queued_messages: 10000000,
 
 
 @pytest.fixture
-def broker() -> Iterator[BrokerProcess]:
-    process = BrokerProcess(CONFIG)
-    try:
-        yield process
-    finally:
-        process.stop()
+def broker(start_broker: Callable[..., BrokerProcess]) -> BrokerProcess:
+    return start_broker(CONFIG)
 
 
 def _rss(process: BrokerProcess) -> int:

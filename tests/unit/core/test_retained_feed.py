@@ -133,3 +133,23 @@ async def test_a_filter_listed_a_thousand_times_subscribes_once_and_feeds_once()
     publishes = [p for p in packets if isinstance(p, Publish)]
     assert len(publishes) == 100
     assert loop.pending() == 0
+
+
+async def test_a_second_filter_waiting_its_turn_skips_messages_retained_meanwhile() -> None:
+    broker = _broker()
+    _retain(broker, 600)
+    conn, link, loop = await _subscriber(broker)
+    conn.handle(Subscribe(1, [SubscriptionRequest("t/#", 0), SubscriptionRequest("t/+", 0)]))
+    link.packets()  # the first slice of the first walk
+    broker.publish(Message("t/00001", b"new", 0, True, None, "publisher", 0.0))
+    live = _publishes(link)
+    assert [(p.topic, p.payload) for p in live] == [("t/00001", b"new")]
+    rest: list[Publish] = []
+    while loop.pending():
+        loop.run_turn()
+        rest += _publishes(link)
+    # both filters owe t/00000..t/00599 (the first already sent t/00001's old copy); the
+    # second must not send t/00001 again: its new copy went live after the SUBSCRIBE
+    second = [p for p in rest[600 - SLICE :] if p.topic == "t/00001"]
+    assert second == []
+    assert len(rest) == 2 * 600 - SLICE - 1
