@@ -5,7 +5,9 @@ well-behaved MQTT 5 clients connect, subscribe and exchange QoS 1 messages (each
 the next one's topic every 50 ms) while a prober opens a new connection every 100 ms; after a
 warm-up the attack runs. Reported per attack: the well-behaved clients' CONNACK and delivery
 p99 during the attack, the longest event-loop stall (the broker's 10 ms loop-lag sampler,
-``xmq_event_loop_lag_max_seconds``, polled every 250 ms), the ``/healthz`` statuses seen, RSS
+``xmq_event_loop_lag_max_seconds``, polled every 250 ms) and, in brackets, the CPU time the
+loop's thread spent in the worst stall (``xmq_event_loop_busy_max_seconds``: the rest is
+waiting for a CPU on a shared host), the ``/healthz`` statuses seen, RSS
 before/after, what the broker refused (CONNACK, SUBACK, DISCONNECT, PUBACK reasons, caps and
 drops, from ``/metrics``) and the tracebacks in its log. Not a timed test: a table to read.
 
@@ -490,6 +492,7 @@ class Row:
     delivery_p99_ms: float
     failed_connects: int
     stall_ms: float
+    busy_ms: float
     healthz: str
     rss_before_mb: float
     rss_after_mb: float
@@ -524,13 +527,16 @@ def _refused(before: dict[str, float], after: dict[str, float]) -> str:
     return "; ".join(parts) or "-"
 
 
-async def _watch(broker: Broker, stalls: list[float], health: dict[str, int]) -> None:
+async def _watch(
+    broker: Broker, stalls: list[float], busy: list[float], health: dict[str, int]
+) -> None:
     while True:
         status, _ = await asyncio.to_thread(broker.http, "/healthz", 2.0)
         key = str(status) if status else "no answer"
         health[key] = health.get(key, 0) + 1
         metrics = await asyncio.to_thread(broker.metrics)
         stalls.append(metrics.get("xmq_event_loop_lag_max_seconds", 0.0))
+        busy.append(metrics.get("xmq_event_loop_busy_max_seconds", 0.0))
         await asyncio.sleep(0.25)
 
 
@@ -546,8 +552,9 @@ async def measure(attack: Attack) -> Row:
         rss_before = broker.rss()
         before = await asyncio.to_thread(broker.metrics)
         stalls: list[float] = []
+        busy: list[float] = []
         health: dict[str, int] = {}
-        watcher = asyncio.create_task(_watch(broker, stalls, health))
+        watcher = asyncio.create_task(_watch(broker, stalls, busy, health))
         good.seen.recording = True
         outcome = await asyncio.wait_for(attack.run(broker), 300)
         await asyncio.sleep(3)
@@ -555,12 +562,14 @@ async def measure(attack: Attack) -> Row:
         watcher.cancel()
         after = await asyncio.to_thread(broker.metrics)
         stalls.append(after.get("xmq_event_loop_lag_max_seconds", 0.0))
+        busy.append(after.get("xmq_event_loop_busy_max_seconds", 0.0))
         return Row(
             attack.name,
             _p99(good.seen.connack_s),
             _p99(good.seen.delivery_s),
             good.seen.failed_connects,
             max(stalls) * 1000,
+            max(busy) * 1000,
             ", ".join(f"{k}: {v}" for k, v in sorted(health.items())),
             rss_before / 2**20,
             broker.rss() / 2**20,
@@ -575,7 +584,8 @@ async def measure(attack: Attack) -> Row:
 
 def markdown(rows: list[Row]) -> str:
     lines = [
-        "| attack | CONNACK p99 | delivery p99 | longest stall | /healthz | RSS before → after "
+        "| attack | CONNACK p99 | delivery p99 | longest stall (CPU) | /healthz "
+        "| RSS before → after "
         "| refused (reason: count) | tracebacks | what the attacker got |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -583,7 +593,7 @@ def markdown(rows: list[Row]) -> str:
         failed = f" ({r.failed_connects} failed)" if r.failed_connects else ""
         lines.append(
             f"| {r.attack} | {r.connack_p99_ms:.0f} ms{failed} | {r.delivery_p99_ms:.0f} ms "
-            f"| {r.stall_ms:.0f} ms | {r.healthz} | {r.rss_before_mb:.0f} → "
+            f"| {r.stall_ms:.0f} ms ({r.busy_ms:.0f}) | {r.healthz} | {r.rss_before_mb:.0f} → "
             f"{r.rss_after_mb:.0f} MB | {r.refused} | {r.tracebacks} | {r.outcome} |"
         )
     return "\n".join(lines)

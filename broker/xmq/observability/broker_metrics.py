@@ -189,6 +189,12 @@ class BrokerCollector(Collector):
                 "The longest event-loop stall of the last 10 seconds (probe every 10 ms).",
                 self.lag_monitor.max_lag(),
             )
+            yield _gauge(
+                "xmq_event_loop_busy_max_seconds",
+                "Of the stalls of the last 10 seconds, the most CPU time the event loop's "
+                "thread spent between two probes (its own work, not waiting for a CPU).",
+                self.lag_monitor.max_busy(),
+            )
             yield _histogram(
                 "xmq_event_loop_stall_seconds",
                 "How late the event loop ran each 10 ms probe.",

@@ -70,10 +70,13 @@ class LoopLagMonitor:
 
     Sampled every 10 ms by default, so any stall longer than that is seen: ``lag()`` is the
     last sample (or how overdue the probe is), ``max_lag()`` the largest of the last
-    ``MAX_WINDOW_S`` seconds and ``histogram`` counts every sample.
+    ``MAX_WINDOW_S`` seconds and ``histogram`` counts every sample. ``max_busy()`` is the part
+    of those stalls the loop's thread spent on the CPU (``time.thread_time``): on a host short
+    of CPU a stall can be the scheduler's, not the broker's work.
     """
 
     __slots__ = (
+        "_cpu",
         "_handle",
         "_loop",
         "_maxima",
@@ -88,7 +91,8 @@ class LoopLagMonitor:
         self.last_lag_s = 0.0
         self.last_run = time.monotonic()
         self.histogram = LatencyHistogram(LAG_BUCKETS)
-        self._maxima = [(0, 0.0)] * MAX_WINDOW_S  # (second, largest lag in it)
+        self._maxima = [(0, 0.0, 0.0)] * MAX_WINDOW_S  # (second, largest lag, largest busy)
+        self._cpu = time.thread_time()
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -107,11 +111,16 @@ class LoopLagMonitor:
         self.last_lag_s = lag
         self.last_run = now = time.monotonic()
         self.histogram.observe(lag)
+        cpu = time.thread_time()
+        busy = min(lag, cpu - self._cpu)
+        self._cpu = cpu
         second = int(now)
         slot = second % MAX_WINDOW_S
-        seen, largest = self._maxima[slot]
-        if seen != second or lag > largest:
-            self._maxima[slot] = (second, lag)
+        seen, largest, busiest = self._maxima[slot]
+        if seen != second:
+            self._maxima[slot] = (second, lag, busy)
+        elif lag > largest or busy > busiest:
+            self._maxima[slot] = (second, max(lag, largest), max(busy, busiest))
         self._schedule()
 
     def stop(self) -> None:
@@ -127,8 +136,14 @@ class LoopLagMonitor:
     def max_lag(self) -> float:
         """The largest lag of the last ``MAX_WINDOW_S`` seconds (an overdue probe included)."""
         oldest = int(time.monotonic()) - MAX_WINDOW_S
-        recent = [lag for second, lag in self._maxima if second > oldest]
+        recent = [lag for second, lag, _ in self._maxima if second > oldest]
         return max([self.lag(), *recent])
+
+    def max_busy(self) -> float:
+        """Of the stalls of the last ``MAX_WINDOW_S`` seconds, the most CPU time the loop's
+        thread spent between two probes (its own work, as opposed to waiting for a CPU)."""
+        oldest = int(time.monotonic()) - MAX_WINDOW_S
+        return max([0.0, *(busy for second, _, busy in self._maxima if second > oldest)])
 
     def healthy(self, max_lag_s: float) -> bool:
         return self.lag() <= max_lag_s
