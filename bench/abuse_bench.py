@@ -299,16 +299,21 @@ async def deep_retained(broker: Broker) -> str:
     return f"{refused}/20 65,000-level topics refused; 200 x # got {got} of 200 (127 levels)"
 
 
-async def offline_fanout(broker: Broker) -> str:
+async def _park(broker: Broker, client_id: str, topic_filter: str) -> None:
+    """Leave a persistent session subscribed to `topic_filter` offline."""
     props = Properties()
     props.session_expiry_interval = 3600
+    client = await Client.open(broker.port)
+    await client.connect(client_id, clean_start=False, properties=props)
+    client.send(Subscribe(1, [SubscriptionRequest(topic_filter, 1)]))
+    await client.read()
+    client.send(Disconnect())
+    client.close()
+
+
+async def offline_fanout(broker: Broker) -> str:
     for n in range(2000):
-        client = await Client.open(broker.port)
-        await client.connect(f"offline-{n}", clean_start=False, properties=props)
-        client.send(Subscribe(1, [SubscriptionRequest("bcast/#", 1)]))
-        await client.read()
-        client.send(Disconnect())
-        client.close()
+        await _park(broker, f"offline-{n}", "bcast/#")
     flood = await Client.open(broker.port)
     await flood.connect("flood")
     data = b"".join(
@@ -412,14 +417,7 @@ async def half_proxy_headers(broker: Broker) -> str:
 
 
 async def queued_flood(broker: Broker) -> str:
-    props = Properties()
-    props.session_expiry_interval = 3600
-    client = await Client.open(broker.port)
-    await client.connect("parked", clean_start=False, properties=props)
-    client.send(Subscribe(1, [SubscriptionRequest("flood/#", 1)]))
-    await client.read()
-    client.send(Disconnect())
-    client.close()
+    await _park(broker, "parked", "flood/#")
     flood = await Client.open(broker.port)
     await flood.connect("flooder")
     sent = 0

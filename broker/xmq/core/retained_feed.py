@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from xmq.core.message import Message
@@ -34,20 +35,14 @@ WAIT_S: Final = 0.01
 """How long a feed waits for a client that cannot take more (full queue, unwritable)."""
 
 
+@dataclass(slots=True)
 class _Walk:
-    __slots__ = ("ids", "key", "matches", "sub")
+    """One subscription's lazy walk of the retained index."""
 
-    def __init__(
-        self,
-        sub: Subscription,
-        key: str,
-        matches: Iterator[tuple[str, Message]],
-        ids: tuple[int, ...],
-    ) -> None:
-        self.sub = sub
-        self.key = key
-        self.matches = matches
-        self.ids = ids
+    sub: Subscription
+    key: str
+    matches: Iterator[tuple[str, Message]]
+    ids: tuple[int, ...]
 
 
 class RetainedFeed:
