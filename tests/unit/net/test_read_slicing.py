@@ -19,6 +19,7 @@ from xmq.net.client_protocol import (
     FlushScheduler,
     MqttClientProtocol,
 )
+from xmq.net.publish_throttle import ThrottledClientProtocol
 
 _SESSIONS = 200
 _MESSAGES = 300
@@ -45,7 +46,9 @@ class _Transport:
         return ("127.0.0.1", 1) if name == "peername" else None
 
 
-def _setup() -> tuple[Broker, VirtualLoop, MqttClientProtocol, _Transport]:
+def _setup(
+    throttle: tuple[float, int] | None = None,
+) -> tuple[Broker, VirtualLoop, MqttClientProtocol, _Transport]:
     loop = VirtualLoop()
     broker = Broker(CoreSettings())
     broker._loop = cast(asyncio.AbstractEventLoop, loop)
@@ -53,13 +56,17 @@ def _setup() -> tuple[Broker, VirtualLoop, MqttClientProtocol, _Transport]:
         session = Session(f"offline-{n}", broker.settings.queues, broker.stats, expiry_s=600)
         broker.sessions[session.client_id] = session
         broker.subscribe(session, Subscription(session, "bcast/#", 1))
-    protocol = MqttClientProtocol(
-        broker,
-        AnonymousAuthenticator(),
-        AllowAll(),
-        FlushScheduler(cast(asyncio.AbstractEventLoop, loop)),
-        1 << 20,
-    )
+    scheduler = FlushScheduler(cast(asyncio.AbstractEventLoop, loop))
+    protocol: MqttClientProtocol
+    if throttle is None:
+        protocol = MqttClientProtocol(
+            broker, AnonymousAuthenticator(), AllowAll(), scheduler, 1 << 20
+        )
+    else:
+        rate, burst = throttle
+        protocol = ThrottledClientProtocol(
+            broker, AnonymousAuthenticator(), AllowAll(), scheduler, 1 << 20, rate, burst
+        )
     transport = _Transport()
     protocol.connection_made(cast(asyncio.Transport, transport))
     protocol.data_received(encode(Connect(client_id="flood"), MQTT_5))
@@ -137,3 +144,15 @@ def test_packets_that_reach_no_one_are_sliced_too() -> None:
         loop.run_turn()
     assert broker.stats.messages_received - received == 2000
     assert len(broker.retained) == 2000
+
+
+def test_a_throttled_publisher_is_charged_for_every_slice() -> None:
+    broker, loop, protocol, transport = _setup(throttle=(100.0, 10))
+    assert isinstance(protocol, ThrottledClientProtocol)
+    protocol.data_received(_flood())
+    for _ in range(1000):  # the turns due now (the throttle's resume is due seconds later)
+        if not loop.run_turn():
+            break
+    assert _pubacks(transport) == list(range(1, _MESSAGES + 1))
+    assert protocol._bucket.tokens == 10 - _MESSAGES  # all of them, not the first slice
+    assert _paused(transport)  # until the debt is repaid
