@@ -108,7 +108,7 @@ class NodeEndpoint:
                 kind="counter",
             ),
         ]
-        collector = BrokerCollector(broker, self.loop_lag.lag, sources)
+        collector = BrokerCollector(broker, self.loop_lag.lag, sources, self.loop_lag)
         self.endpoint = ObservabilityEndpoint(
             build_registry(collector),
             self.readiness,

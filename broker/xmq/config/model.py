@@ -175,13 +175,23 @@ class MqttConfig(Section):
         description="Largest session expiry interval granted (4294967295: never expires).",
     )
     max_topic_length: int = Field(
-        default=65535, ge=1, le=65535, description="Longest topic name or filter, in bytes."
+        default=65535,
+        ge=1,
+        le=65535,
+        description="Longest topic name or filter, in bytes (0x90 for a name: DISCONNECT; "
+        "0x8F for a filter: SUBACK).",
     )
     max_topic_levels: int = Field(
-        default=0, ge=0, description="Most levels in a topic name or filter (0: no limit)."
+        default=128,
+        ge=0,
+        description="Most levels in a topic name or filter, as EMQX (0x90 / 0x8F above it; "
+        "0: no limit).",
     )
     max_subscriptions_per_client: int = Field(
-        default=0, ge=0, description="Subscriptions a client may hold (0: no limit)."
+        default=1000,
+        ge=0,
+        description="Subscriptions (filters) a client may hold; more are refused in SUBACK "
+        "with 0x97 (0: no limit).",
     )
     max_client_id_length: int = Field(
         default=65535, ge=23, le=65535, description="Longest client identifier accepted."
@@ -197,13 +207,42 @@ class LimitsConfig(Section):
         description="Messages queued per session (beyond the in-flight window).",
     )
     max_queued_bytes: int = Field(
-        default=16 * 1024 * 1024, ge=1024, description="Payload bytes queued per session."
+        default=16 * 1024 * 1024,
+        ge=1024,
+        description="Bytes queued per session (payload, topic and object overhead).",
     )
     memory_budget_bytes: int = Field(
         default=512 * 1024 * 1024,
         ge=1024 * 1024,
-        description="Broker-wide budget of queued payload bytes; above it QoS 0 is dropped and "
-        "new QoS 1/2 messages to offline sessions are refused.",
+        description="Broker-wide budget of queued message memory (object overhead included, "
+        "see docs/security.md); above it new QoS 1/2 messages to offline or slow sessions "
+        "are not queued.",
+    )
+    max_sessions: int = Field(
+        default=200_000,
+        ge=0,
+        description="Sessions this node holds (connected or not); a CONNECT that would create "
+        "one more is refused with 0x97 (0: no limit).",
+    )
+    max_persistent_sessions: int = Field(
+        default=100_000,
+        ge=0,
+        description="Sessions with a session expiry this node holds; a CONNECT that would "
+        "create one more is refused with 0x97 (0: no limit).",
+    )
+    max_retained_messages: int = Field(
+        default=100_000,
+        ge=0,
+        description="Retained messages; a retained PUBLISH on a new topic above it is refused "
+        "(PUBACK/PUBREC 0x97; MQTT 3.1.1: connection closed; QoS 0: dropped and counted) "
+        "(0: no limit).",
+    )
+    max_retained_bytes: int = Field(
+        default=256 * 1024 * 1024,
+        ge=0,
+        description="Memory of the retained messages (topic, payload and object overhead); a "
+        "retained PUBLISH that would pass it is refused like one over "
+        "max_retained_messages (0: no limit).",
     )
     max_inflight_messages: int = Field(
         default=1024,

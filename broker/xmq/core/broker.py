@@ -28,6 +28,7 @@ from xmq.core.cluster_ports import (
 )
 from xmq.core.deadline_wheel import DeadlineWheel
 from xmq.core.held_acks import AckGate
+from xmq.core.memory_cost import retained_cost
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.settings import CoreSettings
@@ -57,7 +58,7 @@ class Broker(AuthEvents):
         # Delivery plans are cached per topic here, so the tree itself needs no cache.
         self.subscriptions: SubscriptionTree[Session, Subscription] = SubscriptionTree(0)
         self.shared: SharedSubscriptions[Session, Subscription] = SharedSubscriptions()
-        self.retained: RetainedStore[Message] = RetainedStore()
+        self.retained: RetainedStore[Message] = RetainedStore(retained_cost)
         self.connections: set[ClientConnection] = set()
         self.plans: MatchCache[Plan] = MatchCache()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -72,6 +73,7 @@ class Broker(AuthEvents):
         # Publishers' acks held until their records are written (max_queued_writes 0).
         self.acks: AckGate | None = None
         self.claiming: dict[str, int] = {}  # client ids with a cluster claim in progress
+        self.persistent_sessions = 0  # sessions held with a session expiry (the cap's count)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -90,6 +92,56 @@ class Broker(AuthEvents):
         return f"xmq-{self.settings.node_id}-{self._client_seq:x}"
 
     # -- sessions ---------------------------------------------------------------------------
+
+    def session_cap_hit(self, terms: ConnectTerms) -> str | None:
+        """The session cap (``limits.max_sessions`` / ``max_persistent_sessions``) a CONNECT
+        with these terms would pass, or None. Resuming a session held here passes neither,
+        unless it turns a clean session into a persistent one at the persistent cap."""
+        settings = self.settings
+        existing = self.sessions.get(terms.client_id)
+        if (
+            existing is None
+            and settings.max_sessions
+            and len(self.sessions) >= settings.max_sessions
+        ):
+            return "sessions"
+        persistent_cap = settings.max_persistent_sessions
+        if (
+            persistent_cap
+            and terms.session_expiry_s
+            and (existing is None or not existing.expiry_s)
+            and self.persistent_sessions >= persistent_cap
+        ):
+            return "persistent_sessions"
+        return None
+
+    def set_expiry(self, session: Session, expiry_s: int) -> None:
+        """Set a session's expiry interval, keeping the persistent-session count."""
+        if bool(expiry_s) != bool(session.expiry_s):
+            self.persistent_sessions += 1 if expiry_s else -1
+        session.expiry_s = expiry_s
+
+    def retained_cap_hit(self, topic: str, message: Message) -> str | None:
+        """The retained cap (count or bytes) storing `message` on `topic` would pass, or None.
+
+        In a cluster every node holds the cluster's retained set, so each node checks the
+        messages it accepts against the whole set; messages other nodes accepted are stored
+        without a check (the copies must agree).
+        """
+        settings = self.settings
+        retained = self.retained
+        if (
+            settings.max_retained_messages
+            and len(retained) >= settings.max_retained_messages
+            and topic not in retained
+        ):
+            return "retained_messages"
+        if (
+            settings.max_retained_bytes
+            and retained.bytes + retained.cost_of_set(topic, message) > settings.max_retained_bytes
+        ):
+            return "retained_bytes"
+        return None
 
     def attach(
         self,
@@ -110,7 +162,7 @@ class Broker(AuthEvents):
             session = Session(terms.client_id, self.settings.queues, self.stats)
             self.sessions[terms.client_id] = session
             if restored is not None:
-                session.expiry_s = terms.session_expiry_s
+                self.set_expiry(session, terms.session_expiry_s)
                 if self.store is not None and terms.session_expiry_s:
                     session.store = self.store
                 apply_restored(self, session, restored)
@@ -119,7 +171,7 @@ class Broker(AuthEvents):
             session = existing
             present = True
             self._cancel_timers(session)
-        session.expiry_s = terms.session_expiry_s
+        self.set_expiry(session, terms.session_expiry_s)
         session.connection = conn
         if self.store is not None:
             session.store = self.store if terms.session_expiry_s else None
@@ -192,6 +244,7 @@ class Broker(AuthEvents):
         session.discard_queue()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
+            self.set_expiry(session, 0)
             if self.cluster is not None:
                 self.cluster.session_gone(session, session.store is not None)
             if release and self.directory is not None:
@@ -218,11 +271,10 @@ class Broker(AuthEvents):
         session.store = None  # it moves, it does not unsubscribe: no durable deltas
         for flt, sub in list(session.subscriptions.items()):
             self._remove_subscription(session, flt, sub)
-        session.stats.queued_bytes -= session.queued_bytes
-        session.queued_bytes = 0
-        session.queue.clear()
+        session.clear_queue()
         session.inflight.clear()
         del self.sessions[client_id]
+        self.set_expiry(session, 0)
         if self.cluster is not None:
             self.cluster.session_gone(session, durable)
         return session
@@ -346,6 +398,7 @@ class Broker(AuthEvents):
         mqos = message.qos
         retain = message.retain
         count = 0
+        self.stats.deliveries_routed += len(plan)
         for session, sub, ids in plan:
             if sub.no_local and session.client_id == origin:
                 continue
@@ -471,20 +524,6 @@ class Broker(AuthEvents):
             return
         if group is None:
             self.stats.drop("shared_group_gone")
-
-    def retained_for(self, topic_filter: str) -> list[Message]:
-        """Retained messages matching a filter (expired ones removed on the way)."""
-        if not len(self.retained):
-            return []
-        now = self.now()
-        found: list[Message] = []
-        for topic, message in self.retained.match(topic_filter):
-            if message.expired(now):
-                self.retained.delete(topic)
-                self.stats.messages_expired += 1
-            else:
-                found.append(message)
-        return found
 
     # -- AuthEvents -------------------------------------------------------------------------
 

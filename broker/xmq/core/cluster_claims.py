@@ -97,8 +97,6 @@ def apply_restored(broker: Broker, session: Session, restored: RestoredSession) 
         delivery.packet_id = packet_id
         session.inflight[packet_id] = delivery
     for delivery in restored.queued:
-        session.queue_for_append().append(delivery)
-        session.queued_bytes += delivery.message.size
-        session.stats.queued_bytes += delivery.message.size
+        session.queue_restored(delivery)
     if restored.inbound_qos2:
         session.inbound_for_update().update(restored.inbound_qos2)

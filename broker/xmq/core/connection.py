@@ -38,6 +38,7 @@ from xmq.core.login_flow import on_auth, on_connect, refuse_connect, reload_acl
 from xmq.core.message import Message
 from xmq.core.ports import ClientLink
 from xmq.core.publish_flow import on_puback, on_pubcomp, on_publish, on_pubrec, on_pubrel
+from xmq.core.retained_feed import RetainedFeed
 from xmq.core.session import Session
 from xmq.core.subscribe_flow import handle_subscribe, handle_unsubscribe
 from xmq.protocol.connect_terms import ConnectTerms
@@ -69,6 +70,7 @@ class ClientConnection:
         "max_packet_size",
         "out_aliases",
         "problem_info",
+        "retained_feed",
         "send_window",
         "session",
         "state",
@@ -109,6 +111,7 @@ class ClientConnection:
         self.auth_task: asyncio.Future[None] | None = None
         self.auth_exchange: tuple[AuthExchange, Connect | None] | None = None
         self.wheel_slot = 0  # its slot in the broker's deadline wheel (0: not filed)
+        self.retained_feed: RetainedFeed | None = None  # retained messages still owed
 
     # -- input ------------------------------------------------------------------------------
 
@@ -244,6 +247,8 @@ class ClientConnection:
         broker.stats.clients_connected -= 1
         if self.wheel_slot:
             broker.deadlines.remove(self)
+        if self.retained_feed is not None:
+            self.retained_feed.stop()
         if self.session is not None:
             broker.detach(self.session, self, publish_will)
 
@@ -310,7 +315,7 @@ def _on_disconnect(conn: ClientConnection, packet: Disconnect) -> None:
         if session.expiry_s == 0 and props.session_expiry_interval != 0:
             conn.close_with(ReasonCode.PROTOCOL_ERROR, "session expiry set after 0")
             return
-        session.expiry_s = props.session_expiry_interval
+        conn.broker.set_expiry(session, props.session_expiry_interval)
     conn.will_on_close = packet.reason_code == ReasonCode.DISCONNECT_WITH_WILL
     conn._detach(publish_will=conn.will_on_close)
     conn.link.close()

@@ -257,6 +257,11 @@ async def _accept(
     terms = conn.terms
     assert terms is not None
     broker = conn.broker
+    cap = broker.session_cap_hit(terms)
+    if cap is not None:
+        broker.stats.cap_hit(cap)
+        refuse_connect(conn, ReasonCode.QUOTA_EXCEEDED, f"{cap} cap reached")
+        return
     restored: RestoredSession | None = None
     if broker.directory is not None:
         try:  # one batched Redis round trip: this node becomes the client id's owner

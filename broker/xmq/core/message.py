@@ -36,6 +36,7 @@ class Message:
         "payload",
         "properties",
         "qos",
+        "queued_refs",
         "retain",
         "size",
         "topic",
@@ -45,6 +46,8 @@ class Message:
     """Broker-clock second at which the message expires (``None``: never)."""
     forward_id: str
     """Cluster only, unset until the message crosses a node link: see :func:`forward_id_of`."""
+    queued_refs: int
+    """Queued deliveries of this message, unset until the first (see ``core.memory_cost``)."""
 
     def __init__(
         self,

@@ -130,6 +130,9 @@ def route_publish(
     message = Message(
         topic, payload, qos, retain, props, session.client_id, now, wire, conn.version
     )
+    if retain and payload and (cap := broker.retained_cap_hit(topic, message)) is not None:
+        _refuse_retained(conn, qos, packet_id, cap)
+        return
     if qos and (gate := broker.acks) is not None:  # None without a cluster
         _route_held(conn, gate, session, message, packet_id, received & _SAMPLE_MASK == 1)
         return
@@ -198,6 +201,19 @@ def _route_held(
             else ReasonCode.NO_MATCHING_SUBSCRIBERS
         )
     held.release()  # routing is over: the ack goes now unless records are still unwritten
+
+
+def _refuse_retained(conn: ClientConnection, qos: int, packet_id: int, cap: str) -> None:
+    """A retained PUBLISH over the retained cap: 0x97 in its ack (MQTT 5), the connection
+    closed (MQTT 3.1.1 has no negative ack), QoS 0 dropped; always counted."""
+    conn.broker.stats.cap_hit(cap)
+    if qos and conn.version != MQTT_5:
+        conn.close_with(ReasonCode.QUOTA_EXCEEDED, f"{cap} cap reached")
+        return
+    if qos == 0:
+        conn.broker.stats.drop(cap)
+        return
+    _refuse_publish(conn, qos, packet_id, ReasonCode.QUOTA_EXCEEDED)
 
 
 def _refuse_publish(conn: ClientConnection, qos: int, packet_id: int, reason: int) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
+from xmq.core.memory_cost import delivery_cost, hold, release, would_hold
 from xmq.core.message import Message
 from xmq.core.owed_writes import NOT_OWED, PUBREL_HEAD, READY, WAITING, owe, write_due
 from xmq.protocol.packet_ids import PacketIdAllocator
@@ -239,7 +240,8 @@ class Session:
         return self._enqueue(delivery)
 
     def _enqueue(self, delivery: Delivery) -> bool:
-        size = delivery.message.size
+        message = delivery.message
+        size = delivery_cost(message)
         limits = self.limits
         stats = self.stats
         if len(self.queue) >= limits.max_messages or self.queued_bytes + size > (
@@ -247,13 +249,32 @@ class Session:
         ):
             stats.drop_for_quota("queue_full")
             return False
-        if stats.queued_bytes + size > limits.budget_bytes:
+        if stats.queued_bytes + would_hold(message) > limits.budget_bytes:
             stats.drop_for_quota("memory_budget")
             return False
         self.queue_for_append().append(delivery)
         self.queued_bytes += size
-        stats.queued_bytes += size
+        stats.queued_bytes += hold(message)
         return True
+
+    def queue_restored(self, delivery: Delivery) -> None:
+        """Queue a delivery restored from storage (no limit: it was accepted before)."""
+        self.queue_for_append().append(delivery)
+        self.queued_bytes += delivery_cost(delivery.message)
+        self.stats.queued_bytes += hold(delivery.message)
+
+    def unqueued(self, delivery: Delivery) -> None:
+        """A delivery left the queue (sent, expired, moved or dropped): release its bytes."""
+        message = delivery.message
+        self.queued_bytes -= delivery_cost(message)
+        self.stats.queued_bytes -= release(message)
+
+    def clear_queue(self) -> None:
+        """Forget every queued delivery, releasing its bytes."""
+        queue = self.queue
+        for delivery in queue:
+            self.unqueued(delivery)
+        queue.clear()
 
     def queue_for_append(self) -> deque[Delivery]:
         """The session's own queue (allocated now if it still shares the empty one)."""
@@ -304,9 +325,7 @@ class Session:
         link = conn.link
         while queue and len(inflight) < window and not link.congested:
             delivery = queue.popleft()
-            size = delivery.message.size
-            self.queued_bytes -= size
-            stats.queued_bytes -= size
+            self.unqueued(delivery)
             if delivery.message.expired(now):
                 stats.messages_expired += 1
                 continue
@@ -380,8 +399,7 @@ class Session:
             for delivery in self.queue:
                 if delivery.share is not None:
                     taken.append(delivery)
-                    self.queued_bytes -= delivery.message.size
-                    self.stats.queued_bytes -= delivery.message.size
+                    self.unqueued(delivery)
                 else:
                     kept.append(delivery)
             self.queue = kept
@@ -393,8 +411,6 @@ class Session:
 
     def discard_queue(self) -> None:
         """Drop everything owed to this session (it ended)."""
-        self.stats.queued_bytes -= self.queued_bytes
-        self.queued_bytes = 0
-        self.queue.clear()
+        self.clear_queue()
         self.inflight.clear()
         self.owed = None

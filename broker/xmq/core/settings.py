@@ -18,8 +18,12 @@ class CoreSettings:
         default_factory=lambda: QueueLimits(10_000, 16 * 1024 * 1024, 512 * 1024 * 1024, 1024)
     )
     max_topic_length: int = 65535
-    max_topic_levels: int = 0
+    max_topic_levels: int = 128
     max_subscriptions_per_client: int = 0
+    max_sessions: int = 0
+    max_persistent_sessions: int = 0
+    max_retained_messages: int = 0
+    max_retained_bytes: int = 0
     max_write_buffer_bytes: int = 4 * 1024 * 1024
     sys_interval_s: float = 10.0
     response_information_prefix: str = "response/"

@@ -50,6 +50,8 @@ class BrokerStats:
         "clients_maximum",
         "connects_refused",
         "connects_total",
+        "deliveries_routed",
+        "caps_hit",
         "disconnects_by_reason",
         "dropped_by_reason",
         "messages_dropped",
@@ -75,6 +77,8 @@ class BrokerStats:
         self.clients_maximum = 0
         self.connects_total = 0
         self.connects_refused = 0
+        self.deliveries_routed = 0
+        """Deliveries planned by routing (read slicing and metrics: work done per read)."""
         self.messages_received = 0
         self.messages_sent = 0
         self.messages_dropped = 0
@@ -98,10 +102,16 @@ class BrokerStats:
         """Messages not delivered, by reason (queue_full, budget, oversize, ...)."""
         self.subscribe_refused_by_reason: dict[int, int] = {}
         """SUBACK refusals by reason code (0x87 ACL, 0x8F filter, 0x97 quota, ...)."""
+        self.caps_hit: dict[str, int] = {}
+        """Requests refused at a cap, by cap (sessions, retained_messages, ...)."""
         self.route_seconds = LatencyHistogram()
         """Time from a PUBLISH read to its bytes queued for every subscriber's connection."""
         self.disconnects_by_reason: dict[int, int] = {}
         """Connections the server closed, by DISCONNECT reason (0x8D keep alive, 0x90 ...)."""
+
+    def cap_hit(self, cap: str) -> None:
+        """Count one request refused at a cap (rare: at a cap, never on the hot path)."""
+        self.caps_hit[cap] = self.caps_hit.get(cap, 0) + 1
 
     def drop(self, reason: str) -> None:
         """Count one message dropped (a rare event: the dict costs nothing on the hot path)."""

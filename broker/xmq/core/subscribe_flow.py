@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from xmq.codec.packets import MQTT_5, Subscribe, SubscriptionRequest, Unsuback, Unsubscribe
 from xmq.codec.reason_codes import ReasonCode, suback_v311_code
 from xmq.codec.writer import suback_bytes
-from xmq.core.message import Message
+from xmq.core.retained_feed import RetainedFeed
 from xmq.core.session import Session, Subscription
 from xmq.routing.topics import TopicError, has_wildcard, parse_shared
 
@@ -24,6 +24,13 @@ class _SubscribeRefused(Exception):  # noqa: N818 - internal control flow
 
 
 def handle_subscribe(conn: ClientConnection, packet: Subscribe) -> None:
+    """Check and apply every filter, answer SUBACK, then owe the retained messages.
+
+    A filter listed more than once in one SUBSCRIBE is applied once, as its last occurrence
+    (MQTT 5.0 §3.8.4: a later identical filter replaces the earlier subscription); every
+    occurrence is still checked and gets its own reason code. Retained messages go out through
+    the connection's ``RetainedFeed``, a slice per loop turn.
+    """
     broker = conn.broker
     limits = broker.settings.limits
     session = conn.session
@@ -35,11 +42,20 @@ def handle_subscribe(conn: ClientConnection, packet: Subscribe) -> None:
             conn.close_with(ReasonCode.SUBSCRIPTION_IDENTIFIERS_NOT_SUPPORTED)
             return
         identifier = props.subscription_identifiers[0]
+    requests = packet.subscriptions
+    last: dict[str, int] = {}
+    if len(requests) > 1:
+        last = {request.topic_filter: index for index, request in enumerate(requests)}
     codes: list[int] = []
-    retained: list[tuple[Subscription, list[Message]]] = []
-    for request in packet.subscriptions:
+    owed: list[tuple[Subscription, str]] = []
+    for index, request in enumerate(requests):
+        apply = not last or last[request.topic_filter] == index
         try:
-            sub, messages = _subscribe_one(conn, session, request, identifier)
+            checked = _check_one(conn, session, request)
+            if apply:
+                sub, key, wants_retained = _apply_one(conn, session, request, checked, identifier)
+                if wants_retained:
+                    owed.append((sub, key))
         except _SubscribeRefused as refused:
             if refused.reason_code == ReasonCode.PROTOCOL_ERROR:
                 conn.close_with(ReasonCode.PROTOCOL_ERROR, "no local on a shared subscription")
@@ -48,29 +64,27 @@ def handle_subscribe(conn: ClientConnection, packet: Subscribe) -> None:
             refusals = broker.stats.subscribe_refused_by_reason
             refusals[refused.reason_code] = refusals.get(refused.reason_code, 0) + 1
             continue
-        codes.append(sub.qos)
-        if messages:
-            retained.append((sub, messages))
+        codes.append(checked[2])
     if conn.version != MQTT_5:
         codes = [suback_v311_code(code) for code in codes]
     conn.link.write(suback_bytes(packet.packet_id, codes, conn.version))
-    if retained:
-        now = broker.now()
+    if owed and len(broker.retained):
+        feed = conn.retained_feed
+        if feed is None:
+            feed = conn.retained_feed = RetainedFeed(conn)
         ids = (identifier,) if identifier else _NO_IDS
-        for sub, messages in retained:
-            for message in messages:
-                if sub.no_local and message.origin == session.client_id:
-                    continue
-                qos = message.qos if message.qos < sub.qos else sub.qos
-                session.deliver(message, qos, True, ids, None, now)
+        retained = broker.retained
+        now = retained.revision  # later retained messages reach the subscriptions live
+        for sub, key in owed:
+            feed.add(sub, key, retained.walk(sub.topic_filter, now), ids)
+        feed.start()
 
 
-def _subscribe_one(
-    conn: ClientConnection,
-    session: Session,
-    request: SubscriptionRequest,
-    identifier: int | None,
-) -> tuple[Subscription, list[Message]]:
+_Checked = tuple[str | None, str, int]
+"""(share group, topic filter, granted QoS) of a subscription request that passed its checks."""
+
+
+def _check_one(conn: ClientConnection, session: Session, request: SubscriptionRequest) -> _Checked:
     broker = conn.broker
     settings = broker.settings
     limits = settings.limits
@@ -96,7 +110,18 @@ def _subscribe_one(
         raise _SubscribeRefused(ReasonCode.QUOTA_EXCEEDED)
     if not conn.acl.can_subscribe(request.topic_filter, request.qos):
         raise _SubscribeRefused(ReasonCode.NOT_AUTHORIZED)
-    granted = min(request.qos, limits.maximum_qos)
+    return group, topic_filter, min(request.qos, limits.maximum_qos)
+
+
+def _apply_one(
+    conn: ClientConnection,
+    session: Session,
+    request: SubscriptionRequest,
+    checked: _Checked,
+    identifier: int | None,
+) -> tuple[Subscription, str, bool]:
+    """Subscribe; return (subscription, its key in the session, whether retained are owed)."""
+    group, topic_filter, granted = checked
     sub = Subscription(
         session,
         topic_filter,
@@ -107,12 +132,10 @@ def _subscribe_one(
         identifier,
         group,
     )
-    is_new = broker.subscribe(session, sub)
-    messages: list[Message] = []
+    is_new = conn.broker.subscribe(session, sub)
     handling = request.retain_handling
-    if group is None and (handling == 0 or (handling == 1 and is_new)):
-        messages = broker.retained_for(topic_filter)
-    return sub, messages
+    wants = group is None and (handling == 0 or (handling == 1 and is_new))
+    return sub, request.topic_filter, wants
 
 
 def handle_unsubscribe(conn: ClientConnection, packet: Unsubscribe) -> None:

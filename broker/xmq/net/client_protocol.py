@@ -1,6 +1,11 @@
 """The asyncio protocol of one MQTT client connection: bytes in, packets to the core, bytes out.
 
-``data_received`` decodes every complete packet and hands each to the core synchronously.
+``data_received`` decodes every complete packet and hands each to the core synchronously,
+until the packets handled have planned ``READ_SLICE_DELIVERIES`` deliveries (each packet
+counting as ``PACKET_WORK``): the rest of the read waits for the next loop turn
+(``call_soon``) with reading paused, so one read of thousands of PUBLISH packets fanned out
+to thousands of sessions cannot hold the loop for seconds. Each PUBLISH is still routed whole
+before its acknowledgement, and packets keep their order.
 Output is appended to one ``bytearray`` per connection and written once per loop tick for all
 connections that have output (``FlushScheduler``), so a burst of deliveries to one client costs
 one ``write`` system call.
@@ -14,6 +19,7 @@ from collections.abc import Callable
 from typing import cast
 
 from xmq.codec.errors import ProtocolError
+from xmq.codec.packets import Packet
 from xmq.codec.plain_publish import plain_publish
 from xmq.codec.puback_batch import plain_puback_ids
 from xmq.codec.reader import PacketReader
@@ -27,6 +33,14 @@ log = logging.getLogger("xmq.net")
 
 LINGER_S = 2.0
 """How long a closed connection waits for the client to close its side."""
+
+READ_SLICE_DELIVERIES = 4096
+"""Deliveries routed from one connection's packets per loop turn (a few ms of work) before
+the rest of its read waits for the next turn."""
+
+PACKET_WORK = 8
+"""Each packet handled counts as this many deliveries towards the slice: a read of packets
+that reach no subscriber (retained messages on new topics, say) is sliced too, at 512."""
 
 
 class FlushScheduler:
@@ -59,6 +73,9 @@ class MqttClientProtocol(asyncio.Protocol):
     __slots__ = (
         "_clock",
         "_closing",
+        "_backlog",
+        "_backlog_error",
+        "_held",
         "_linger",
         "_out",
         "_paused_writing",
@@ -91,6 +108,9 @@ class MqttClientProtocol(asyncio.Protocol):
         self._closing = False
         self._linger: asyncio.TimerHandle | None = None
         self._paused_writing = False
+        self._backlog: list[Packet] | None = None  # the rest of a sliced read
+        self._backlog_error: ProtocolError | None = None
+        self._held = False  # the core paused reading (authentication, held acks)
         self.congested = False
         self._write_limit = broker.settings.max_write_buffer_bytes
         self._clock = broker.loop.time
@@ -138,20 +158,49 @@ class MqttClientProtocol(asyncio.Protocol):
                     wire = (head, tail)
                     route_publish(conn, topic, qos, False, payload, None, packet_id, wire)
                     return
+        error: ProtocolError | None = None
         try:
             packets = self.reader.feed(data)
-        except ProtocolError as error:
-            for packet in error.decoded:  # complete packets that came before the bad one
-                if self._closing:
-                    break
-                conn.handle(packet)
-            conn.protocol_error(error)
-            self._closing = True
+        except ProtocolError as bad:
+            packets = bad.decoded  # complete packets that came before the bad one
+            error = bad
+        if self._backlog is not None:  # a transport that ignored pause_reading
+            self._backlog.extend(packets)
+            self._backlog_error = self._backlog_error or error
             return
-        for packet in packets:
+        self._handle_packets(packets, error)
+
+    def _handle_packets(self, packets: list[Packet], error: ProtocolError | None) -> None:
+        """Hand packets to the core in order; the rest goes to the next loop turn once this
+        turn's packets have planned ``READ_SLICE_DELIVERIES`` deliveries."""
+        conn = self.conn
+        stats = self._stats
+        started = stats.deliveries_routed
+        last = len(packets) - 1
+        for index, packet in enumerate(packets):
             if self._closing:
                 return
             conn.handle(packet)
+            work = stats.deliveries_routed - started + index * PACKET_WORK
+            if index < last and work >= READ_SLICE_DELIVERIES:
+                self._backlog = packets[index + 1 :]
+                self._backlog_error = error
+                if self._transport is not None:
+                    self._transport.pause_reading()
+                conn.broker.loop.call_soon(self._resume_backlog)
+                return
+        if error is not None and not self._closing:
+            conn.protocol_error(error)
+            self._closing = True
+
+    def _resume_backlog(self) -> None:
+        packets, self._backlog = self._backlog, None
+        error, self._backlog_error = self._backlog_error, None
+        if packets is None or self._closing:
+            return
+        self._handle_packets(packets, error)
+        if self._backlog is None and not self._held:
+            self.resume_reading()
 
     def wheel_due(self, now: float) -> float | None:
         """The broker's deadline wheel: this connection's connect timeout is due."""
@@ -240,9 +289,11 @@ class MqttClientProtocol(asyncio.Protocol):
             self._transport.abort()
 
     def pause_reading(self) -> None:
+        self._held = True
         if self._transport is not None and not self._closing:
             self._transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if self._transport is not None and not self._closing:
+        self._held = False
+        if self._transport is not None and not self._closing and self._backlog is None:
             self._transport.resume_reading()

@@ -44,7 +44,16 @@ class ThrottledClientProtocol(MqttClientProtocol):
         stats = self._stats
         before = stats.messages_received
         super().data_received(data)
-        published = stats.messages_received - before
+        self._charge(stats.messages_received - before)
+
+    def _resume_backlog(self) -> None:
+        # the rest of a sliced read (client_protocol): its PUBLISH packets are charged too
+        stats = self._stats
+        before = stats.messages_received
+        super()._resume_backlog()
+        self._charge(stats.messages_received - before)
+
+    def _charge(self, published: int) -> None:
         if published and self._resume_handle is None:
             loop = self.conn.broker.loop
             delay = self._bucket.charge(loop.time(), published)

@@ -23,6 +23,8 @@ from prometheus_client.registry import Collector
 
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.broker import Broker
+from xmq.core.stats import LatencyHistogram
+from xmq.observability.readiness import LoopLagMonitor
 
 AUTH_FAILURE_CODES = frozenset(
     {
@@ -69,11 +71,16 @@ class BrokerCollector(Collector):
     """Collects the node's metrics from ``Broker`` state when scraped."""
 
     def __init__(
-        self, broker: Broker, loop_lag: Callable[[], float], sources: list[LabelledSource]
+        self,
+        broker: Broker,
+        loop_lag: Callable[[], float],
+        sources: list[LabelledSource],
+        lag_monitor: LoopLagMonitor | None = None,
     ) -> None:
         self.broker = broker
         self.loop_lag = loop_lag
         self.sources = sources
+        self.lag_monitor = lag_monitor
 
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
@@ -138,20 +145,12 @@ class BrokerCollector(Collector):
         for code, count in sorted(stats.subscribe_refused_by_reason.items()):
             sub_refused.add_metric([reason_name(code)], count)
         yield sub_refused
-        route = stats.route_seconds
-        buckets: list[tuple[str, float]] = []
-        cumulative = 0
-        for bound, count in zip(route.bounds, route.counts, strict=False):
-            cumulative += count
-            buckets.append((repr(bound), cumulative))
-        buckets.append(("+Inf", route.count))
-        routing = HistogramMetricFamily(
+        yield _histogram(
             "xmq_route_seconds",
             "Time from a PUBLISH read to its bytes queued for every matching subscriber "
             "(sampled: one PUBLISH in 16).",
+            stats.route_seconds,
         )
-        routing.add_metric([], buckets, route.total)
-        yield routing
         dropped = CounterMetricFamily(
             "xmq_messages_dropped_by_reason", "Messages dropped, by reason.", labels=["reason"]
         )
@@ -166,7 +165,12 @@ class BrokerCollector(Collector):
         )
         yield _counter("xmq_bytes_received", "Bytes read from clients.", stats.bytes_received)
         yield _counter("xmq_bytes_sent", "Bytes written to clients.", stats.bytes_sent)
-        yield _gauge("xmq_queued_bytes", "Payload bytes queued in sessions.", stats.queued_bytes)
+        yield _gauge(
+            "xmq_queued_bytes",
+            "Memory of the messages queued in sessions, object overhead included "
+            "(limits.memory_budget_bytes).",
+            stats.queued_bytes,
+        )
         queued = inflight = 0
         for session in broker.sessions.values():
             queued += len(session.queue)
@@ -181,12 +185,62 @@ class BrokerCollector(Collector):
             "How late the event loop ran the last periodic probe.",
             self.loop_lag(),
         )
+        if self.lag_monitor is not None:
+            yield _gauge(
+                "xmq_event_loop_lag_max_seconds",
+                "The longest event-loop stall of the last 10 seconds (probe every 10 ms).",
+                self.lag_monitor.max_lag(),
+            )
+            yield _gauge(
+                "xmq_event_loop_busy_max_seconds",
+                "Of the stalls of the last 10 seconds, the most CPU time the event loop's "
+                "thread spent between two probes (its own work, not waiting for a CPU).",
+                self.lag_monitor.max_busy(),
+            )
+            yield _histogram(
+                "xmq_event_loop_stall_seconds",
+                "How late the event loop ran each 10 ms probe.",
+                self.lag_monitor.histogram,
+            )
+        yield _gauge(
+            "xmq_persistent_sessions",
+            "Sessions held with a session expiry (limits.max_persistent_sessions).",
+            broker.persistent_sessions,
+        )
+        yield _gauge(
+            "xmq_retained_bytes",
+            "Memory counted for retained messages (limits.max_retained_bytes).",
+            broker.retained.bytes,
+        )
+        yield _counter(
+            "xmq_deliveries_routed", "Deliveries planned by routing.", stats.deliveries_routed
+        )
+        caps = CounterMetricFamily(
+            "xmq_cap_refusals",
+            "Requests refused at a configured cap (answered 0x97 where the protocol allows).",
+            labels=["cap"],
+        )
+        for cap, count in sorted(stats.caps_hit.items()):
+            caps.add_metric([cap], count)
+        yield caps
         for source in self.sources:
             yield source.family()
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, documentation, value=value)
+
+
+def _histogram(name: str, documentation: str, histogram: LatencyHistogram) -> Metric:
+    buckets: list[tuple[str, float]] = []
+    cumulative = 0
+    for bound, count in zip(histogram.bounds, histogram.counts, strict=False):
+        cumulative += count
+        buckets.append((repr(bound), cumulative))
+    buckets.append(("+Inf", histogram.count))
+    family = HistogramMetricFamily(name, documentation)
+    family.add_metric([], buckets, histogram.total)
+    return family
 
 
 def _counter(name: str, documentation: str, value: float) -> CounterMetricFamily:

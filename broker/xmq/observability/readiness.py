@@ -13,6 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from xmq.core.stats import LatencyHistogram
+
 ReadinessCheck = Callable[[], Awaitable[str | None]]
 """Returns ``None`` when ready, else a short reason (``"redis: connection refused"``)."""
 
@@ -56,15 +58,41 @@ class ReadinessChecks:
             return f"{type(error).__name__}: {error}"
 
 
+LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+"""Upper bounds (seconds) of the event-loop lag histogram."""
+
+MAX_WINDOW_S = 10
+"""``max_lag()`` is the largest lag measured over this many last seconds."""
+
+
 class LoopLagMonitor:
-    """Measures how late the loop runs a callback scheduled every ``interval_s`` seconds."""
+    """Measures how late the loop runs a callback scheduled every ``interval_s`` seconds.
 
-    __slots__ = ("_handle", "_loop", "interval_s", "last_lag_s", "last_run")
+    Sampled every 10 ms by default, so any stall longer than that is seen: ``lag()`` is the
+    last sample (or how overdue the probe is), ``max_lag()`` the largest of the last
+    ``MAX_WINDOW_S`` seconds and ``histogram`` counts every sample. ``max_busy()`` is the part
+    of those stalls the loop's thread spent on the CPU (``time.thread_time``): on a host short
+    of CPU a stall can be the scheduler's, not the broker's work.
+    """
 
-    def __init__(self, interval_s: float = 0.5) -> None:
+    __slots__ = (
+        "_cpu",
+        "_handle",
+        "_loop",
+        "_maxima",
+        "histogram",
+        "interval_s",
+        "last_lag_s",
+        "last_run",
+    )
+
+    def __init__(self, interval_s: float = 0.01) -> None:
         self.interval_s = interval_s
         self.last_lag_s = 0.0
         self.last_run = time.monotonic()
+        self.histogram = LatencyHistogram(LAG_BUCKETS)
+        self._maxima = [(0, 0.0, 0.0)] * MAX_WINDOW_S  # (second, largest lag, largest busy)
+        self._cpu = time.thread_time()
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -79,8 +107,20 @@ class LoopLagMonitor:
 
     def _tick(self, due: float) -> None:
         assert self._loop is not None
-        self.last_lag_s = max(0.0, self._loop.time() - due)
-        self.last_run = time.monotonic()
+        lag = max(0.0, self._loop.time() - due)
+        self.last_lag_s = lag
+        self.last_run = now = time.monotonic()
+        self.histogram.observe(lag)
+        cpu = time.thread_time()
+        busy = min(lag, cpu - self._cpu)
+        self._cpu = cpu
+        second = int(now)
+        slot = second % MAX_WINDOW_S
+        seen, largest, busiest = self._maxima[slot]
+        if seen != second:
+            self._maxima[slot] = (second, lag, busy)
+        elif lag > largest or busy > busiest:
+            self._maxima[slot] = (second, max(lag, largest), max(busy, busiest))
         self._schedule()
 
     def stop(self) -> None:
@@ -92,6 +132,18 @@ class LoopLagMonitor:
         """The last lag measured, or how overdue the probe is if it has not run."""
         overdue = time.monotonic() - self.last_run - self.interval_s
         return max(self.last_lag_s, overdue, 0.0)
+
+    def max_lag(self) -> float:
+        """The largest lag of the last ``MAX_WINDOW_S`` seconds (an overdue probe included)."""
+        oldest = int(time.monotonic()) - MAX_WINDOW_S
+        recent = [lag for second, lag, _ in self._maxima if second > oldest]
+        return max([self.lag(), *recent])
+
+    def max_busy(self) -> float:
+        """Of the stalls of the last ``MAX_WINDOW_S`` seconds, the most CPU time the loop's
+        thread spent between two probes (its own work, as opposed to waiting for a CPU)."""
+        oldest = int(time.monotonic()) - MAX_WINDOW_S
+        return max([0.0, *(busy for second, _, busy in self._maxima if second > oldest)])
 
     def healthy(self, max_lag_s: float) -> bool:
         return self.lag() <= max_lag_s

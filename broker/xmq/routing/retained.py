@@ -16,25 +16,38 @@ M = TypeVar("M")
 
 
 class _TopicNode(Generic[M]):
-    """One topic level; `entry` is `(topic, message)` when a message is retained here."""
+    """One topic level; `entry` is `(topic, message)` when a message is retained here, set at
+    store revision `revision`."""
 
-    __slots__ = ("parent", "level", "children", "entry")
+    __slots__ = ("parent", "level", "children", "entry", "revision")
 
     def __init__(self, parent: _TopicNode[M] | None, level: str) -> None:
         self.parent = parent
         self.level = level
         self.children: dict[str, _TopicNode[M]] = {}
         self.entry: tuple[str, M] | None = None
+        self.revision = 0
+
+
+def _no_cost(message: object) -> int:
+    return 0
 
 
 class RetainedStore(Generic[M]):
-    """Retained messages by topic name, with filter look-ups through a topic-level trie."""
+    """Retained messages by topic name, with filter look-ups through a topic-level trie.
 
-    __slots__ = ("_root", "_nodes")
+    ``cost(message)`` gives the bytes one retained message is counted for (``bytes``); every
+    ``set`` bumps ``revision``, so a walk can skip what was retained after it began.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_cost", "_nodes", "_root", "bytes", "revision")
+
+    def __init__(self, cost: Callable[[M], int] = _no_cost) -> None:
         self._root: _TopicNode[M] = _TopicNode(None, "")
         self._nodes: dict[str, _TopicNode[M]] = {}
+        self._cost = cost
+        self.bytes = 0
+        self.revision = 0
 
     def set(self, topic: str, message: M) -> None:
         """Retain `message` on `topic` (a valid topic name), replacing any previous one."""
@@ -47,13 +60,26 @@ class RetainedStore(Generic[M]):
                     child = node.children[level] = _TopicNode(node, level)
                 node = child
             self._nodes[topic] = node
+        elif node.entry is not None:
+            self.bytes -= self._cost(node.entry[1])
+        self.bytes += self._cost(message)
+        self.revision += 1
+        node.revision = self.revision
         node.entry = (topic, message)
+
+    def cost_of_set(self, topic: str, message: M) -> int:
+        """How much ``bytes`` would grow if `message` replaced what `topic` retains now."""
+        node = self._nodes.get(topic)
+        previous = 0 if node is None or node.entry is None else self._cost(node.entry[1])
+        return self._cost(message) - previous
 
     def delete(self, topic: str) -> bool:
         """Forget the message retained on `topic`; False when there was none."""
         node = self._nodes.pop(topic, None)
         if node is None:
             return False
+        if node.entry is not None:
+            self.bytes -= self._cost(node.entry[1])
         node.entry = None
         parent = node.parent
         while parent is not None and node.entry is None and not node.children:
@@ -70,18 +96,26 @@ class RetainedStore(Generic[M]):
 
     def match(self, flt: str) -> list[tuple[str, M]]:
         """Every `(topic, message)` retained on a topic matching the (valid) filter `flt`."""
+        return list(self.walk(flt))
+
+    def walk(self, flt: str, up_to: int | None = None) -> Iterator[tuple[str, M]]:
+        """The `(topic, message)` pairs matching `flt`, lazily: one node at a time.
+
+        Safe to suspend across changes to the store: a message set at a revision above
+        `up_to` (default: the revision when the walk starts, at its first ``next``) or deleted
+        before it is reached is not yielded, and no topic is yielded twice.
+        """
+        limit = self.revision if up_to is None else up_to
         if SINGLE_LEVEL_WILDCARD not in flt and MULTI_LEVEL_WILDCARD not in flt:
             exact = self._nodes.get(flt)
-            if exact is None or exact.entry is None:
-                return []
-            return [exact.entry]
-        found: list[tuple[str, M]] = []
+            if exact is not None and exact.entry is not None and exact.revision <= limit:
+                yield exact.entry
+            return
         nodes = [self._root]
         for depth, level in enumerate(flt.split(LEVEL_SEPARATOR)):
             if level == MULTI_LEVEL_WILDCARD:
-                for node in nodes:
-                    _collect_subtree(node, found, skip_system=depth == 0)
-                return found
+                yield from _walk_subtrees(nodes, limit, skip_system=depth == 0)
+                return
             following: list[_TopicNode[M]] = []
             if level == SINGLE_LEVEL_WILDCARD:
                 if depth == 0:
@@ -99,10 +133,12 @@ class RetainedStore(Generic[M]):
                     if child is not None:
                         following.append(child)
             if not following:
-                return found
+                return
             nodes = following
-        found.extend(entry for node in nodes if (entry := node.entry) is not None)
-        return found
+        for node in nodes:
+            entry = node.entry
+            if entry is not None and node.revision <= limit:
+                yield entry
 
     def remove_where(self, predicate: Callable[[str, M], bool]) -> int:
         """Delete every retained message for which `predicate(topic, message)` holds.
@@ -134,23 +170,31 @@ class RetainedStore(Generic[M]):
         return bool(self._nodes)
 
 
-def _collect_subtree(
-    start: _TopicNode[M], found: list[tuple[str, M]], *, skip_system: bool
-) -> None:
-    """Append the entries of `start` (`#` also matches the parent level) and its descendants.
+def _walk_subtrees(
+    starts: list[_TopicNode[M]], limit: int, *, skip_system: bool
+) -> Iterator[tuple[str, M]]:
+    """The entries of each start node (`#` also matches the parent level) and its descendants
+    retained at or below revision `limit`.
 
-    `skip_system` leaves out `start`'s children whose level starts with `$` (a leading `#`).
+    `skip_system` leaves out the start nodes' children whose level starts with `$` (a leading
+    `#`). Children are copied onto the stack before an entry is yielded, so the walk holds no
+    live dictionary iterator while suspended.
     """
-    if start.entry is not None:
-        found.append(start.entry)
-    if skip_system:
-        stack = [child for name, child in start.children.items() if not name.startswith("$")]
-    else:
-        stack = list(start.children.values())
-    append = found.append
-    while stack:
-        node = stack.pop()
-        if node.entry is not None:
-            append(node.entry)
-        if node.children:
-            stack.extend(node.children.values())
+    for start in starts:
+        entry = start.entry
+        if skip_system:
+            stack = [child for name, child in start.children.items() if not name.startswith("$")]
+        else:
+            stack = list(start.children.values())
+        stack.reverse()
+        if entry is not None and start.revision <= limit:
+            yield entry
+        while stack:
+            node = stack.pop()
+            if node.children:
+                children = list(node.children.values())
+                children.reverse()
+                stack.extend(children)
+            entry = node.entry
+            if entry is not None and node.revision <= limit:
+                yield entry

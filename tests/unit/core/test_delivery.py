@@ -12,6 +12,7 @@ from xmq.codec.packets import (
 )
 from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
+from xmq.core.memory_cost import DELIVERY_COST, MESSAGE_COST
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
@@ -50,12 +51,14 @@ async def test_queue_bounds_count_bytes_and_budget() -> None:
     delivered = [broker.publish(_message("t")) for _ in range(6)]
     assert delivered == [1, 1, 1, 1, 0, 0]  # one in flight, three queued, two dropped
     assert broker.stats.messages_dropped == 2
-    budget = _broker(max_inflight=1, budget_bytes=250)
+    # a queued message costs its Delivery, its Message and twice its size (memory_cost)
+    cost = DELIVERY_COST + MESSAGE_COST + 2 * 101
+    budget = _broker(max_inflight=1, budget_bytes=2 * cost + 100, max_session_bytes=100_000)
     conn2, _ = await connect_client(budget, "d")
     conn2.handle(Subscribe(1, [SubscriptionRequest("t", 1)]))
     results = [budget.publish(_message("t", b"y" * 100)) for _ in range(5)]
-    assert results == [1, 1, 1, 0, 0]  # 1 in flight + 2 x 101 bytes queued within 250
-    assert budget.stats.queued_bytes == 202
+    assert results == [1, 1, 1, 0, 0]  # 1 in flight + 2 queued within the budget
+    assert budget.stats.queued_bytes == 2 * cost
 
 
 async def test_overlapping_filters_merge_into_one_delivery() -> None:

@@ -63,3 +63,40 @@ def _block_the_loop(seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         pass
+
+
+async def test_the_10ms_sampler_keeps_the_longest_stall_and_a_histogram() -> None:
+    monitor = LoopLagMonitor()
+    assert monitor.interval_s == 0.01
+    monitor.start()
+    try:
+        await asyncio.sleep(0.1)
+        _block_the_loop(0.2)
+        await asyncio.sleep(0.1)  # the probe runs again: the last lag is small again
+        assert monitor.last_lag_s < 0.1
+        assert monitor.max_lag() >= 0.15  # but the window remembers the stall
+        assert monitor.max_busy() < 0.2 + 0.02
+        started = time.thread_time()
+        while time.thread_time() - started < 0.1:  # 0.1 s of CPU, however long that takes
+            pass
+        await asyncio.sleep(0.05)
+        assert monitor.max_busy() >= 0.09  # the loop's own work, measured in CPU time
+        histogram = monitor.histogram
+        assert histogram.count >= 10
+        stalls = sum(histogram.counts[histogram.bounds.index(0.1) + 1 :])
+        assert stalls >= 1
+    finally:
+        monitor.stop()
+
+
+async def test_a_stall_spent_off_the_cpu_is_not_counted_as_busy() -> None:
+    monitor = LoopLagMonitor()
+    monitor.start()
+    try:
+        await asyncio.sleep(0.05)
+        time.sleep(0.3)  # noqa: ASYNC251 - the loop blocked off the CPU, as when starved
+        await asyncio.sleep(0.05)
+        assert monitor.max_lag() >= 0.25
+        assert monitor.max_busy() < 0.1
+    finally:
+        monitor.stop()

@@ -1,0 +1,159 @@
+"""Bounded work per loop turn, against a real broker over real sockets: the abusive
+SUBSCRIBE and the one-read flood of issue 13, with the event-loop stall read from /metrics."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.support.broker_process import BrokerProcess
+from tests.support.http_probe import http, metric, wait_port
+from tests.support.raw_client import RawClient
+from xmq.codec.packets import (
+    Disconnect,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Publish,
+    Suback,
+    Subscribe,
+    SubscriptionRequest,
+)
+from xmq.codec.properties import Properties
+from xmq.codec.writer import encode
+
+pytestmark = pytest.mark.integration
+
+MAX_STALL_S = 1.0
+"""Generous for a loaded test machine; the unsliced code stalled for seconds on these."""
+
+
+@pytest.fixture
+def broker(start_broker: Callable[..., BrokerProcess]) -> BrokerProcess:
+    """A broker of its own: each test counts the retained messages it gets."""
+    return start_broker()
+
+
+def _stall(process: BrokerProcess) -> float:
+    return metric(wait_port(process, "metrics"), "xmq_event_loop_lag_max_seconds")
+
+
+def _wait_metric(process: BrokerProcess, name: str, value: float, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    port = wait_port(process, "metrics")
+    while metric(port, name) < value:
+        assert time.monotonic() < deadline, f"{name} never reached {value}"
+        time.sleep(0.1)
+
+
+def _retain(process: BrokerProcess, topics: list[str]) -> None:
+    publisher = RawClient(process.port)
+    publisher.connect("retainer")
+    publisher.send(
+        b"".join(
+            encode(Publish(topic=topic, payload=b"r", qos=0, retain=True), 5) for topic in topics
+        )
+    )
+    _wait_metric(process, "xmq_retained_messages", len(topics))
+    publisher.close()
+
+
+def _read_publishes(client: RawClient, count: int, timeout: float = 60) -> list[Publish]:
+    found: list[Publish] = []
+    while len(found) < count:
+        packet = client.read_packet(timeout)
+        assert packet is not None, f"closed after {len(found)} messages"
+        if isinstance(packet, Publish):
+            found.append(packet)
+    return found
+
+
+def _pinger(process: BrokerProcess) -> RawClient:
+    client = RawClient(process.port)
+    client.connect("well-behaved")
+    return client
+
+
+def _ping_time(client: RawClient) -> float:
+    started = time.monotonic()
+    client.send_packet(Pingreq())
+    assert isinstance(client.read_packet(30), Pingresp)
+    return time.monotonic() - started
+
+
+def test_subscribe_listing_hash_a_thousand_times_against_5000_retained(
+    broker: BrokerProcess,
+) -> None:
+    topics = [f"r/{n % 50}/{n:05d}" for n in range(5000)]
+    _retain(broker, topics)
+    before = _stall(broker)
+    client = RawClient(broker.port)
+    client.connect("abuser")
+    client.send_packet(Subscribe(1, [SubscriptionRequest("#", 0)] * 1000))
+    suback = client.read_packet()
+    assert isinstance(suback, Suback) and suback.reason_codes == [0] * 1000
+    publishes = _read_publishes(client, 5000)
+    assert sorted(p.topic for p in publishes) == sorted(topics)  # each once
+    assert all(p.retain for p in publishes)
+    client.send_packet(Pingreq())
+    assert isinstance(client.read_packet(), Pingresp)  # and nothing more came
+    assert _stall(broker) < max(MAX_STALL_S, before)
+    assert http(wait_port(broker, "metrics"), "/healthz")[0] == 200
+    client.close()
+
+
+def test_deep_retained_topics_are_refused_and_hash_200_times_stays_cheap(
+    broker: BrokerProcess,
+) -> None:
+    client = RawClient(broker.port)
+    client.connect("deep")
+    client.send_packet(Publish(topic="/".join(["d"] * 1000), payload=b"r", qos=0, retain=True))
+    [closing] = client.read_until_closed()
+    assert isinstance(closing, Disconnect) and closing.reason_code == 0x90
+    client.close()
+    deepest = [("/".join(["d"] * 126)) + f"/{n}" for n in range(200)]  # 127 levels: allowed
+    _retain(broker, deepest)
+    client = RawClient(broker.port)
+    client.connect("abuser")
+    client.send_packet(Subscribe(1, [SubscriptionRequest("#", 0)] * 200))
+    assert isinstance(client.read_packet(), Suback)
+    assert len(_read_publishes(client, 200)) == 200
+    assert _stall(broker) < MAX_STALL_S
+    client.close()
+
+
+def test_one_read_of_3000_qos1_publishes_to_500_offline_sessions(broker: BrokerProcess) -> None:
+    props = Properties()
+    props.session_expiry_interval = 600
+    for n in range(500):
+        offline = RawClient(broker.port)
+        offline.connect(f"offline-{n}", clean_start=False, properties=props)
+        offline.send_packet(Subscribe(1, [SubscriptionRequest("bcast/#", 1)]))
+        assert isinstance(offline.read_packet(), Suback)
+        offline.send_packet(Disconnect())
+        offline.close()
+    pinger = _pinger(broker)
+    publisher = RawClient(broker.port)
+    publisher.connect("flood")
+    flood = b"".join(
+        encode(Publish(topic="bcast/x", payload=b"1", qos=1, packet_id=n), 5)
+        for n in range(1, 3001)
+    )
+    assert len(flood) <= 65_536  # one read of the broker's socket
+    publisher.send(flood)
+    pings = [_ping_time(pinger) for _ in range(3)]  # served while the flood is routed
+    acks: list[int] = []
+    while len(acks) < 3000:
+        packet = publisher.read_packet(60)
+        assert isinstance(packet, Puback), packet
+        acks.append(packet.packet_id)
+    assert acks == list(range(1, 3001))  # every PUBACK, in order, after its routing
+    assert _stall(broker) < MAX_STALL_S
+    assert max(pings) < MAX_STALL_S
+    port = wait_port(broker, "metrics")
+    assert metric(port, "xmq_deliveries_routed_total") >= 1_500_000
+    assert http(port, "/healthz")[0] == 200
+    publisher.close()
+    pinger.close()

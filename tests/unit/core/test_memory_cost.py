@@ -1,0 +1,127 @@
+"""The queued-message cost constants against the real objects, measured with tracemalloc."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import tracemalloc
+
+from xmq.codec.packets import MQTT_5, Publish
+from xmq.codec.plain_publish import plain_publish
+from xmq.codec.writer import encode
+from xmq.core.broker import Broker
+from xmq.core.memory_cost import DELIVERY_COST, MESSAGE_COST, RETAINED_COST
+from xmq.core.message import Message
+from xmq.core.session import QueueLimits, Session
+from xmq.core.settings import CoreSettings
+from xmq.core.stats import BrokerStats
+
+_COUNT = 2000
+
+
+def _offline_sessions(count: int, stats: BrokerStats) -> list[Session]:
+    limits = QueueLimits(1_000_000, 1 << 40, 1 << 40, 10)
+    sessions = []
+    for n in range(count):
+        session = Session(f"s{n}", limits, stats, expiry_s=60)
+        session.queue_for_append()  # the deque itself is the session's cost, not the queue's
+        sessions.append(session)
+    return sessions
+
+
+def _routed(n: int) -> Message:
+    """A one-byte QoS 1 message as the plain-PUBLISH path builds it (with its wire bytes)."""
+    data = encode(Publish(topic=f"bcast/{n:06d}", payload=b"x", qos=1, packet_id=1), MQTT_5)
+    plain = plain_publish(data, MQTT_5, 1 << 20)
+    assert plain is not None
+    topic, qos, _, payload, head, tail = plain
+    return Message(topic, payload, qos, False, None, "publisher", 0.0, (head, tail), MQTT_5)
+
+
+def _measure(build: object) -> int:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        kept = build()  # type: ignore[operator]
+        after = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del kept
+    return int(after - before)
+
+
+def test_one_message_per_delivery_stays_within_its_charge() -> None:
+    stats = BrokerStats()
+    [session] = _offline_sessions(1, stats)
+
+    def build() -> object:
+        for n in range(_COUNT):
+            session.deliver(_routed(n), 1, False)
+        return session
+
+    used = _measure(build)
+    assert len(session.queue) == _COUNT
+    per_message = used / _COUNT
+    assert stats.queued_bytes == session.queued_bytes + _COUNT * (MESSAGE_COST + _routed(0).size)
+    charged = stats.queued_bytes / _COUNT
+    assert charged >= per_message, (charged, per_message)
+    assert charged <= 1.6 * per_message, (charged, per_message)  # not a wild over-count
+
+
+def test_fan_out_charges_each_delivery_and_the_message_once() -> None:
+    stats = BrokerStats()
+    sessions = _offline_sessions(_COUNT, stats)
+    message = _routed(0)
+
+    def build() -> object:
+        for session in sessions:
+            session.deliver(message, 1, False)
+        return sessions
+
+    used = _measure(build)
+    assert all(len(session.queue) == 1 for session in sessions)
+    assert used / _COUNT <= DELIVERY_COST
+    assert stats.queued_bytes == _COUNT * DELIVERY_COST + MESSAGE_COST + 2 * message.size
+    assert 1.5 * used / _COUNT >= DELIVERY_COST
+
+
+def test_releasing_every_queued_delivery_returns_the_budget_to_zero() -> None:
+    stats = BrokerStats()
+    sessions = _offline_sessions(3, stats)
+    shared = _routed(1)
+    for session in sessions:
+        session.deliver(shared, 1, False)
+        session.deliver(_routed(2), 1, False)
+    assert stats.queued_bytes > 0
+    sessions[0].clear_queue()
+    sessions[1].discard_queue()
+    # what is left: session 2's two deliveries and the two messages they hold
+    left = 2 * DELIVERY_COST + 2 * MESSAGE_COST + 2 * (shared.size + _routed(2).size)
+    assert stats.queued_bytes == left
+    sessions[2].clear_queue()
+    assert stats.queued_bytes == 0
+    assert all(session.queued_bytes == 0 for session in sessions)
+
+
+def test_retained_messages_stay_within_their_charge() -> None:
+    broker = Broker(CoreSettings())
+    messages = [
+        Message(f"site/{n % 10}/dev/{n:06d}", b"x", 1, True, None, "p", 0.0) for n in range(_COUNT)
+    ]
+
+    def build() -> object:
+        for message in messages:
+            broker.publish(message)
+        return broker
+
+    used = _measure(build)  # the messages existed before: what retaining them added
+    assert len(broker.retained) == _COUNT
+    per_message = used / _COUNT + sys.getsizeof(messages[0]) + 33 + 49
+    charged = broker.retained.bytes / _COUNT
+    assert charged >= per_message, (charged, per_message)
+    assert charged <= 2 * per_message, (charged, per_message)
+    assert broker.retained.bytes == sum(RETAINED_COST + m.size for m in messages)
+    for message in messages:
+        broker.publish(Message(message.topic, b"", 0, True, None, "p", 0.0))
+    assert broker.retained.bytes == 0 and len(broker.retained) == 0
