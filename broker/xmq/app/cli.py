@@ -140,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             failed = [url for url in urls if _drain(url, args.server_reference) != 0]
             return 1 if failed else 0
         if args.command == "serve":
+            from xmq.app.cluster_runtime import ClusterIdentityError
             from xmq.app.server import serve
             from xmq.cluster.link_tls import LinkTlsError
 
@@ -147,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return serve(_load(args.config, args.host, args.port), args.config)
             except LinkTlsError as error:
                 print(f"invalid configuration:\n  {error}", file=sys.stderr)
+                return 2
+            except ClusterIdentityError as error:
+                print(f"refusing to start: {error}", file=sys.stderr)
                 return 2
     except ValidationError as error:
         print(_config_error(error), file=sys.stderr)
