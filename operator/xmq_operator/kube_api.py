@@ -166,8 +166,12 @@ class KubeApi:
         body: dict[str, Any] | None = None
         if uid:
             body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        return self._unless_gone("DELETE", f"{path}/{urllib.parse.quote(name, safe='')}", body)
+
+    def _unless_gone(self, method: str, path: str, body: dict[str, Any] | None) -> bool:
+        """Make the call; False when the object is gone (404) or replaced (409, uid)."""
         try:
-            self.request("DELETE", f"{path}/{urllib.parse.quote(name, safe='')}", body=body)
+            self.request(method, path, body=body)
         except KubeError as exc:
             if exc.not_found or exc.status == 409:
                 return False
@@ -189,13 +193,7 @@ class KubeApi:
             "metadata": {"name": name, "namespace": namespace},
             "deleteOptions": {"preconditions": {"uid": uid}},
         }
-        try:
-            self.request("POST", f"{path}/eviction", body=body)
-        except KubeError as exc:
-            if exc.not_found or exc.status == 409:
-                return False
-            raise
-        return True
+        return self._unless_gone("POST", f"{path}/eviction", body)
 
     def patch_status(self, body: dict[str, Any], status: dict[str, Any]) -> None:
         """Merge-patch the status subresource of ``body`` (an object of a known kind)."""

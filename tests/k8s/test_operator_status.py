@@ -27,6 +27,16 @@ def _status_of(made: Cluster, kind: str) -> dict[str, Any]:
     return condition(made.body(), kind) or {}
 
 
+def _degraded(made: Cluster, reason: str, timeout: float = 60) -> dict[str, Any]:
+    """Wait for ``Degraded=True`` with ``reason``; the condition."""
+
+    def found() -> dict[str, Any] | None:
+        cond = _status_of(made, "Degraded")
+        return cond if cond.get("status") == "True" and cond.get("reason") == reason else None
+
+    return wait_for(found, timeout, f"Degraded {reason}")
+
+
 def _warnings(made: Cluster, reason: str) -> list[dict[str, Any]]:
     return [event for event in made.events(reason) if event.get("type") == "Warning"]
 
@@ -76,11 +86,7 @@ def test_a_second_cluster_on_the_same_redis_namespace_touches_nothing(
         config={"cluster": {"name": f"{ns}.xmq"}},
     )
 
-    def refused() -> dict[str, Any] | None:
-        cond = _status_of(intruder, "Degraded")
-        return cond if cond.get("reason") == "RedisNamespaceInUse" else None
-
-    cond = wait_for(refused, 30, "Degraded RedisNamespaceInUse on the second cluster")
+    cond = _degraded(intruder, "RedisNamespaceInUse", 30)
     assert cluster.body()["metadata"]["uid"] in cond["message"]
     assert _status_of(intruder, "Ready")["status"] == "False"
     wait_for(lambda: _warnings(intruder, "RedisNamespaceInUse"), 10, "a Warning Event")
@@ -104,11 +110,7 @@ def test_an_unschedulable_instance_type_is_degraded_with_the_schedulers_reason(
         placement={"instanceTypes": ["x9.nonexistent"]},
     )
 
-    def unschedulable() -> dict[str, Any] | None:
-        cond = _status_of(made, "Degraded")
-        return cond if cond.get("reason") == "Unschedulable" else None
-
-    cond = wait_for(unschedulable, 60, "Degraded Unschedulable")
+    cond = _degraded(made, "Unschedulable", 60)
     assert "xmq-0 cannot be scheduled" in cond["message"]
     assert "node affinity" in cond["message"] or "nodes are available" in cond["message"]
     assert _status_of(made, "Progressing")["reason"] == "Blocked"
@@ -130,11 +132,7 @@ def test_pods_refused_at_admission_are_degraded_with_the_refusal(
     plane.apply(quota, namespace=k8s_namespace)
     made = _make_cluster(plane, k8s_namespace, redis_server, replicas=1)
 
-    def refused() -> dict[str, Any] | None:
-        cond = _status_of(made, "Degraded")
-        return cond if cond.get("reason") == "PodCreationRefused" else None
-
-    cond = wait_for(refused, 60, "Degraded PodCreationRefused")
+    cond = _degraded(made, "PodCreationRefused", 60)
     assert "forbidden" in cond["message"] and "quota" in cond["message"]
     wait_for(lambda: _warnings(made, "PodCreationRefused"), 10, "a Warning Event")
     made.redis.close()
@@ -151,11 +149,7 @@ def test_an_invalid_quantity_is_refused_before_anything_is_created(
         assert "cpu" in str(exc) or "quantity" in str(exc), exc
         return
 
-    def invalid() -> dict[str, Any] | None:
-        cond = _status_of(made, "Degraded")
-        return cond if cond.get("reason") == "InvalidSpec" else None
-
-    cond = wait_for(invalid, 30, "Degraded InvalidSpec")
+    cond = _degraded(made, "InvalidSpec", 30)
     assert "resources.requests" in cond["message"] and "lots" in cond["message"]
     wait_for(lambda: _warnings(made, "InvalidSpec"), 10, "a Warning Event")
     time.sleep(2)
@@ -172,11 +166,7 @@ def test_an_invalid_config_on_a_healthy_cluster_keeps_it_ready(cluster: Cluster)
     generation = cluster.body()["metadata"]["generation"]
     cluster.patch_spec({"config": {"mqtt": {"max_packet_size": 1}}})
 
-    def invalid() -> dict[str, Any] | None:
-        cond = _status_of(cluster, "Degraded")
-        return cond if cond.get("reason") == "InvalidConfig" else None
-
-    cond = wait_for(invalid, 30, "Degraded InvalidConfig")
+    cond = _degraded(cluster, "InvalidConfig", 30)
     assert "max_packet_size" in cond["message"]
     body = cluster.body()
     assert cond["observedGeneration"] == body["metadata"]["generation"]
