@@ -14,6 +14,7 @@ from typing import Any
 from xmq.contract import CleanupOutcome, CleanupResult
 from xmq_operator.dead_pods import (
     Release,
+    leases_of_statefulset,
     releases_for_deleted_pod,
     releases_for_restarted_container,
     sweep,
@@ -45,7 +46,9 @@ class DeadPodCleaner:
         )
 
     def _redis(self, cluster: dict[str, Any]) -> ClusterRedis:
-        return self.reconciler.cluster_redis(cluster, parse_spec(cluster))
+        """The cluster's Redis, only while its key namespace is recorded as this cluster's
+        (else :class:`~xmq_operator.reconciler.NamespaceInUseError`: nothing is released)."""
+        return self.reconciler.owned_redis(cluster, parse_spec(cluster))
 
     def apply(
         self, cluster: dict[str, Any], redis_state: ClusterRedis, releases: Iterable[Release]
@@ -113,6 +116,7 @@ class DeadPodCleaner:
         except KubeError as exc:
             logger.warning("sweeper cannot list nodes (%s): node checks skipped", exc)
             nodes = {pod.get("spec", {}).get("nodeName", ""): {} for pod in pods.values()}
-        releases = sweep(snapshot.leases, pods, nodes, BROKER_CONTAINER)
+        own = leases_of_statefulset(snapshot.leases, names.statefulset)
+        releases = sweep(own, pods, nodes, BROKER_CONTAINER)
         done = self.apply(cluster, redis_state, releases)
         return sum(1 for _, result in done if result.outcome is CleanupOutcome.LEASE_DELETED)

@@ -26,6 +26,8 @@ class Condition:
     status: Status
     reason: str
     message: str = ""
+    observed_generation: int | None = None
+    """The generation this condition describes (None: the one passed to the merge)."""
 
 
 def merge_conditions(
@@ -50,7 +52,11 @@ def merge_conditions(
         merged[condition.type] = {
             "type": condition.type,
             "status": condition.status,
-            "observedGeneration": generation,
+            "observedGeneration": (
+                generation
+                if condition.observed_generation is None
+                else condition.observed_generation
+            ),
             "reason": condition.reason,
             "message": condition.message,
             "lastTransitionTime": transition,

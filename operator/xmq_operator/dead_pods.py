@@ -8,6 +8,7 @@ unreachable (NotReady) node is NOT dead: it may still be running and serving.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -81,6 +82,12 @@ def releases_for_restarted_container(
         for lease in sorted(leases, key=lambda item: item.node_id)
         if lease.pod_uid == uid and lease.started_at < cutoff
     ]
+
+
+def leases_of_statefulset(leases: Iterable[NodeLease], statefulset: str) -> list[NodeLease]:
+    """The leases held by pods of the StatefulSet ``statefulset`` (``<name>-<ordinal>``)."""
+    own = re.compile(rf"^{re.escape(statefulset)}-[0-9]+$")
+    return [lease for lease in leases if own.match(lease.pod_name)]
 
 
 def sweep(

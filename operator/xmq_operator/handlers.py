@@ -19,16 +19,18 @@ from xmq_operator.cleanup import DeadPodCleaner
 from xmq_operator.dead_pods import node_is_out_of_service
 from xmq_operator.kube_api import KubeApi, KubeError, load_configuration
 from xmq_operator.naming import BROKER_COMPONENT, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
+from xmq_operator.ownership import ChildWatch, controller_owner
 from xmq_operator.reconciler import Reconciler
 from xmq_operator.redis_state import RedisPool, RedisUnavailableError
-from xmq_operator.spec import API_GROUP, API_VERSION, PLURAL
+from xmq_operator.spec import API_GROUP, API_VERSION, KIND, PLURAL
 
 logger = logging.getLogger(__name__)
 
 CLUSTER = (API_GROUP, API_VERSION, PLURAL)
 BROKER_POD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY, LABEL_COMPONENT: BROKER_COMPONENT}
 BROKER_POD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={BROKER_COMPONENT}"
-OBSERVE_INTERVAL_SECONDS = 10.0
+CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
+RESYNC_INTERVAL_SECONDS = 10.0
 KOPF_PREFIX = "kopf.xmq.io"
 
 _EXPECTED_FAILURES = (LookupError, KubeError, ValidationError, ValueError, *RedisUnavailableError)
@@ -40,6 +42,7 @@ class OperatorState:
     redis_pool: RedisPool
     reconciler: Reconciler
     cleaner: DeadPodCleaner
+    children: ChildWatch
 
 
 def _state(memo: Any) -> OperatorState:
@@ -67,7 +70,9 @@ def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     kube = KubeApi()
     redis_pool = RedisPool()
     reconciler = Reconciler(kube, redis_pool)
-    memo["xmq_state"] = OperatorState(kube, redis_pool, reconciler, DeadPodCleaner(reconciler))
+    memo["xmq_state"] = OperatorState(
+        kube, redis_pool, reconciler, DeadPodCleaner(reconciler), ChildWatch()
+    )
 
 
 @kopf.on.login()
@@ -99,17 +104,59 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
         raise kopf.TemporaryError(reasons or "roll in progress", delay=outcome.retry_after)
 
 
-@kopf.timer(*CLUSTER, interval=OBSERVE_INTERVAL_SECONDS, initial_delay=2.0)
-def observe(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
-    """Refresh the status and sweep dead pods' leases (also while paused)."""
+@kopf.timer(*CLUSTER, interval=RESYNC_INTERVAL_SECONDS, initial_delay=2.0)
+def resync(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
+    """The periodic resync: repair drift, take a due step, refresh the status, and sweep
+    dead pods' leases (the sweep also while paused)."""
     state = _state(memo)
     plain = _plain(body)
-    outcome = state.reconciler.reconcile(plain, apply=False)
+    if plain["metadata"].get("deletionTimestamp"):
+        return
+    outcome = state.reconciler.reconcile(plain, apply=True)
     patch.status.update(outcome.status)
     try:
         state.cleaner.sweep_cluster(plain)
     except _EXPECTED_FAILURES as exc:
         logger.debug("sweep of %s skipped: %s", plain["metadata"]["name"], exc)
+
+
+@kopf.on.event(*CLUSTER)
+def cluster_event(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Forget the per-cluster state of a deleted XmqCluster."""
+    if event.get("type") == "DELETED":
+        _state(memo).reconciler.forget(str(body.get("metadata", {}).get("uid", "")))
+
+
+@kopf.on.event("apps", "v1", "statefulsets", labels=CHILD_LABELS)
+@kopf.on.event("", "v1", "services", labels=CHILD_LABELS)
+@kopf.on.event("", "v1", "configmaps", labels=CHILD_LABELS)
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels=CHILD_LABELS)
+def child_event(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -> None:
+    """A child deleted or edited by someone: reconcile its XmqCluster now (level-based)."""
+    state = _state(memo)
+    child = _plain(body)
+    if not state.children.drifted(str(event.get("type")), child):
+        return
+    owner = controller_owner(child, f"{API_GROUP}/{API_VERSION}", KIND)
+    if owner is None:
+        return
+    namespace = child["metadata"]["namespace"]
+    try:
+        cluster = state.kube.get_optional(f"{API_GROUP}/{API_VERSION}", KIND, namespace, owner)
+        if cluster is None or cluster["metadata"].get("deletionTimestamp"):
+            return
+        logger.info(
+            "%s %s/%s changed (%s): reconciling %s",
+            child.get("kind"),
+            namespace,
+            child["metadata"]["name"],
+            event.get("type"),
+            owner,
+        )
+        outcome = state.reconciler.reconcile(cluster, apply=True)
+        state.kube.patch_status(cluster, outcome.status)
+    except _EXPECTED_FAILURES as exc:
+        logger.warning("repair of %s/%s deferred to the resync: %s", namespace, owner, exc)
 
 
 @kopf.on.event("", "v1", "pods", labels=BROKER_POD_LABELS)

@@ -136,9 +136,18 @@ class KubeApi:
             raise
 
     def list_objects(
-        self, api_version: str, kind: str, namespace: str, label_selector: str | None = None
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> list[dict[str, Any]]:
-        query = {"labelSelector": label_selector} if label_selector else None
+        query: dict[str, str] = {}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
         result = self.request("GET", collection_path(api_version, kind, namespace), query=query)
         items: list[dict[str, Any]] = result.get("items") or []
         return items
@@ -157,8 +166,12 @@ class KubeApi:
         body: dict[str, Any] | None = None
         if uid:
             body = {"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": uid}}
+        return self._unless_gone("DELETE", f"{path}/{urllib.parse.quote(name, safe='')}", body)
+
+    def _unless_gone(self, method: str, path: str, body: dict[str, Any] | None) -> bool:
+        """Make the call; False when the object is gone (404) or replaced (409, uid)."""
         try:
-            self.request("DELETE", f"{path}/{urllib.parse.quote(name, safe='')}", body=body)
+            self.request(method, path, body=body)
         except KubeError as exc:
             if exc.not_found or exc.status == 409:
                 return False
@@ -166,6 +179,32 @@ class KubeApi:
         return True
 
     # -- specific --------------------------------------------------------------------------
+
+    def evict(self, namespace: str, name: str, uid: str) -> bool:
+        """Evict a pod through the Eviction API (policy/v1): the PDB decides.
+
+        True when the eviction was accepted, False when the pod is already gone (or replaced);
+        a :class:`KubeError` with status 429 means the PodDisruptionBudget refuses it now.
+        """
+        path = f"{collection_path('v1', 'Pod', namespace)}/{urllib.parse.quote(name, safe='')}"
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"preconditions": {"uid": uid}},
+        }
+        return self._unless_gone("POST", f"{path}/eviction", body)
+
+    def patch_status(self, body: dict[str, Any], status: dict[str, Any]) -> None:
+        """Merge-patch the status subresource of ``body`` (an object of a known kind)."""
+        metadata = body["metadata"]
+        path = collection_path(body["apiVersion"], body["kind"], metadata["namespace"])
+        self.request(
+            "PATCH",
+            f"{path}/{urllib.parse.quote(metadata['name'], safe='')}/status",
+            body={"status": status},
+            content_type="application/merge-patch+json",
+        )
 
     def list_nodes(self) -> list[dict[str, Any]]:
         result = self.request("GET", "/api/v1/nodes")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from xmq.contract import pod as pod_contract
-from xmq_operator.naming import ClusterNames, owner_reference
+from xmq_operator.naming import CONFIG_REVISION_LABEL, ClusterNames, owner_reference
 from xmq_operator.spec import ClusterSpec
 
 
@@ -21,13 +21,27 @@ def _metadata(
 
 
 def config_map(
-    names: ClusterNames, body: dict[str, Any], labels: dict[str, str], config_text: str
+    names: ClusterNames,
+    body: dict[str, Any],
+    labels: dict[str, str],
+    config_text: str,
+    revision: str,
 ) -> dict[str, Any]:
-    """The ConfigMap holding the broker config file."""
+    """The immutable ConfigMap of one config revision (its name ends with the revision).
+
+    Pods mount their revision: a roll never changes a running pod's file, and reverting the
+    spec brings back the same name (the last revisions are kept, see ``REVISIONS_KEPT``).
+    """
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(names, names.config_map, body, labels),
+        "metadata": _metadata(
+            names,
+            names.config_revision(revision),
+            body,
+            {**labels, CONFIG_REVISION_LABEL: revision},
+        ),
+        "immutable": True,
         "data": {pod_contract.CONFIG_FILE_NAME: config_text},
     }
 
@@ -106,5 +120,8 @@ def pod_disruption_budget(
         "spec": {
             "maxUnavailable": spec.pod_disruption_budget.max_unavailable,
             "selector": {"matchLabels": names.selector_labels()},
+            # An unready broker serves nobody: evicting it (a stuck pod, a roll replacing an
+            # unready outdated pod, a drain) never costs availability.
+            "unhealthyPodEvictionPolicy": "AlwaysAllow",
         },
     }

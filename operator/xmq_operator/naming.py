@@ -19,6 +19,9 @@ CONFIG_HASH_ANNOTATION = f"{API_GROUP}/config-hash"
 TEMPLATE_HASH_ANNOTATION = f"{API_GROUP}/template-hash"
 """On the pod template: hash of the whole pod template; a pod with another value is outdated."""
 
+CONFIG_REVISION_LABEL = f"{API_GROUP}/config-revision"
+"""On each revisioned ConfigMap: the hash of its whole config file (also its name's suffix)."""
+
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
@@ -57,6 +60,14 @@ class ClusterNames:
     @property
     def config_map(self) -> str:
         return f"{self.name}-config"
+
+    def config_revision(self, revision: str) -> str:
+        """Name of the immutable ConfigMap of config ``revision``."""
+        return f"{self.config_map}-{revision}"
+
+    def config_revisions_selector(self) -> str:
+        """Label selector of every revisioned ConfigMap of the cluster."""
+        return f"{LABEL_INSTANCE}={self.name},{CONFIG_REVISION_LABEL}"
 
     @property
     def pdb(self) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from xmq_operator.broker_config import (
     config_yaml,
     redis_cluster_name,
     restart_hash,
+    stable_hash,
     validate_broker_config,
 )
 from xmq_operator.events import post_event
@@ -34,9 +36,11 @@ from xmq_operator.naming import (
     image_version,
     is_paused,
 )
+from xmq_operator.pod_health import creation_refusals, pod_problems
+from xmq_operator.pod_steps import PodSteps
 from xmq_operator.redis_state import ClusterRedis, RedisPool, RedisUnavailableError
-from xmq_operator.rollout import Action, RollDecision, RollPolicy, plan_roll, pod_view
-from xmq_operator.spec import ClusterSpec
+from xmq_operator.rollout import Action, RollDecision, pod_view
+from xmq_operator.spec import API_GROUP, API_VERSION, KIND, ClusterSpec
 from xmq_operator.statefulset import pod_template, statefulset
 from xmq_operator.status import Observation, Problem, status_patch
 
@@ -61,6 +65,7 @@ class Desired:
     spec: ClusterSpec
     cluster_name: str
     config_hash: str
+    config_revision: str
     template_hash: str
     children: tuple[dict[str, Any], ...]
     statefulset: dict[str, Any]
@@ -81,6 +86,15 @@ def parse_spec(body: dict[str, Any]) -> ClusterSpec:
     return ClusterSpec.model_validate(body.get("spec") or {})
 
 
+def spec_error(exc: ValidationError) -> str:
+    """The first error of an invalid spec, with its field path."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"])
+    return (
+        f"spec is invalid: {where}: {error['msg']}" if where else f"spec is invalid: {error['msg']}"
+    )
+
+
 def render(body: dict[str, Any], spec: ClusterSpec) -> Desired:
     """Every child manifest of the cluster (raises InvalidBrokerConfigError)."""
     metadata = body["metadata"]
@@ -90,6 +104,7 @@ def render(body: dict[str, Any], spec: ClusterSpec) -> Desired:
     config = build_broker_config(spec, cluster_name)
     validate_broker_config(config)
     config_hash = restart_hash(config)
+    revision = stable_hash(config, 10)
     restarted_at = (metadata.get("annotations") or {}).get(RESTART_ANNOTATION)
     template = pod_template(
         spec,
@@ -97,9 +112,11 @@ def render(body: dict[str, Any], spec: ClusterSpec) -> Desired:
         labels,
         config_hash=config_hash,
         restarted_at=restarted_at,
+        cluster_uid=metadata["uid"],
+        config_map=names.config_revision(revision),
     )
     children = [
-        manifests.config_map(names, body, labels, config_yaml(config)),
+        manifests.config_map(names, body, labels, config_yaml(config), revision),
         manifests.headless_service(names, body, labels, spec),
         manifests.client_service(names, body, labels, spec),
     ]
@@ -109,18 +126,46 @@ def render(body: dict[str, Any], spec: ClusterSpec) -> Desired:
         spec=spec,
         cluster_name=cluster_name,
         config_hash=config_hash,
+        config_revision=names.config_revision(revision),
         template_hash=template["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION],
         children=tuple(children),
         statefulset=statefulset(spec, names, body, labels, template),
     )
 
 
+@dataclass(slots=True)
+class Seen:
+    """What one reconciliation observed and did (input of the status)."""
+
+    problems: list[Problem] = field(default_factory=list)
+    desired: Desired | None = None
+    applied: bool = False
+    decision: RollDecision | None = None
+    scaling_in: bool = False
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    live_statefulset: dict[str, Any] | None = None
+    members: list[str] | None = None
+
+
 class Reconciler:
-    """Reconciles XmqClusters through a :class:`KubeApi` and a :class:`RedisPool`."""
+    """Reconciles XmqClusters through a :class:`KubeApi` and a :class:`RedisPool`.
+
+    Level-based: every call compares the children with the spec and repairs what differs, so
+    kopf's change handlers, the periodic resync and the child watches may all call it; one
+    lock per XmqCluster keeps two calls from taking two disruptive steps at once.
+    """
 
     def __init__(self, kube: KubeApi, redis_pool: RedisPool) -> None:
         self.kube = kube
         self.redis_pool = redis_pool
+        self.steps = PodSteps(kube)
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._warned: dict[str, frozenset[str]] = {}
+
+    def lock(self, uid: str) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(uid, threading.Lock())
 
     # -- pieces ----------------------------------------------------------------------------
 
@@ -154,6 +199,37 @@ class Reconciler:
         url = secret_value(self.kube, names.namespace, ref.name, ref.key)
         return self.redis_pool.cluster(url, redis_cluster_name(spec, names))
 
+    def known_cluster_uids(self, namespace: str) -> set[str] | None:
+        """UIDs of the XmqClusters this operator can see (None when it cannot list them)."""
+        try:
+            return {item["metadata"]["uid"] for item in self.kube.list_clusters()}
+        except KubeError:
+            pass
+        try:
+            items = self.kube.list_objects(f"{API_GROUP}/{API_VERSION}", KIND, namespace)
+        except KubeError:
+            return None
+        return {item["metadata"]["uid"] for item in items}
+
+    def owned_redis(self, body: dict[str, Any], spec: ClusterSpec) -> ClusterRedis:
+        """The cluster's Redis once its key namespace is recorded as this XmqCluster's.
+
+        Raises :class:`NamespaceInUseError` when another XmqCluster's UID is recorded there
+        (and LookupError / Redis errors like :meth:`cluster_redis`).
+        """
+        metadata = body["metadata"]
+        redis_state = self.cluster_redis(body, spec)
+        other = redis_state.ensure_owner(
+            metadata["uid"], lambda: self.known_cluster_uids(metadata["namespace"])
+        )
+        if other is not None:
+            raise NamespaceInUseError(
+                f"Redis key namespace {redis_state.keys.prefix!r} belongs to XmqCluster UID "
+                f"{other}, not to this one ({metadata['uid']}): nothing is applied and no "
+                "lease released; give this cluster its own spec.config.cluster.name"
+            )
+        return redis_state
+
     def pods(self, names: ClusterNames) -> list[dict[str, Any]]:
         selector = ",".join(f"{k}={v}" for k, v in sorted(names.selector_labels().items()))
         return self.kube.list_objects("v1", "Pod", names.namespace, selector)
@@ -167,133 +243,201 @@ class Reconciler:
                 "policy/v1", "PodDisruptionBudget", metadata["namespace"], metadata["name"]
             )
 
-    def roll_step(
-        self, body: dict[str, Any], desired: Desired, pods: list[dict[str, Any]], now: float
-    ) -> RollDecision:
-        """Plan the roll and, when the plan says so, delete one pod (drained by preStop)."""
-        strategy = desired.spec.update_strategy
-        policy = RollPolicy(
-            replicas=desired.spec.replicas,
-            desired_hash=desired.template_hash,
-            min_ready_seconds=strategy.min_ready_seconds,
-            stuck_pod_timeout_seconds=strategy.stuck_pod_timeout_seconds,
-        )
-        decision = plan_roll([pod_view(pod) for pod in pods], policy, now)
-        if decision.action is Action.DELETE and decision.pod is not None:
-            target = next(pod for pod in pods if pod["metadata"]["name"] == decision.pod)
-            namespace = target["metadata"]["namespace"]
-            uid = target["metadata"]["uid"]
-            if self.kube.delete("v1", "Pod", namespace, decision.pod, uid=uid):
-                logger.info("roll: deleted pod %s/%s: %s", namespace, decision.pod, decision.reason)
-                post_event(self.kube, body, "Normal", "RollingPod", decision.reason)
-        return decision
+    def statefulset_events(self, names: ClusterNames) -> list[dict[str, Any]]:
+        selector = f"involvedObject.kind=StatefulSet,involvedObject.name={names.statefulset}"
+        try:
+            return self.kube.list_objects("v1", "Event", names.namespace, field_selector=selector)
+        except KubeError as exc:
+            logger.debug("cannot list the StatefulSet's events: %s", exc)
+            return []
 
     # -- the whole thing -------------------------------------------------------------------
 
     def reconcile(self, body: dict[str, Any], *, apply: bool) -> Outcome:
-        """Reconcile (``apply``: write children and take a roll step) and compute the status."""
+        """Reconcile (``apply``: write children and take a step) and compute the status."""
+        with self.lock(body["metadata"]["uid"]):
+            return self._reconcile(body, apply=apply)
+
+    def _reconcile(self, body: dict[str, Any], *, apply: bool) -> Outcome:
         metadata = body["metadata"]
         names = ClusterNames(metadata["name"], metadata["namespace"])
         paused = is_paused(metadata.get("annotations"))
-        generation = int(metadata.get("generation") or 0)
-        problems: list[Problem] = []
-        retry_after: float | None = None
         now = time.time()
+        seen = Seen()
         try:
             spec = parse_spec(body)
         except ValidationError as exc:
-            problem = Problem("InvalidSpec", f"spec is invalid: {exc.errors()[0]['msg']}")
-            return self._finish(body, names, None, [problem], paused, None, None, generation)
+            seen.problems.append(Problem("InvalidSpec", spec_error(exc)))
+            self._observe(names, seen, None, now)
+            return self._finish(body, names, seen, paused)
 
-        problems.extend(self.check_secrets(names.namespace, spec))
-        desired: Desired | None = None
+        seen.problems.extend(self.check_secrets(names.namespace, spec))
         try:
-            desired = render(body, spec)
+            seen.desired = render(body, spec)
         except InvalidBrokerConfigError as exc:
-            problems.append(Problem("InvalidConfig", str(exc)))
+            seen.problems.append(Problem("InvalidConfig", str(exc)))
 
-        decision: RollDecision | None = None
-        if desired is not None and apply and not paused:
-            try:
-                self.apply_children(desired)
-            except KubeError as exc:
-                problems.append(Problem("ApplyFailed", str(exc)))
-        pods = self.pods(names)
-        if desired is not None and not paused:
-            if apply and not any(p.reason == "ApplyFailed" for p in problems):
-                decision = self.roll_step(body, desired, pods, now)
-                if decision.action is Action.DELETE:
-                    pods = self.pods(names)
-            else:
-                policy = RollPolicy(
-                    spec.replicas,
-                    desired.template_hash,
-                    spec.update_strategy.min_ready_seconds,
-                    spec.update_strategy.stuck_pod_timeout_seconds,
-                )
-                decision = plan_roll([pod_view(pod) for pod in pods], policy, now)
-            if decision.in_progress:
-                retry_after = decision.retry_after or 2.0
-
-        members: list[str] | None = None
+        owner_ok = True
         try:
-            members = self.cluster_redis(body, spec).snapshot().alive
+            seen.members = self.owned_redis(body, spec).snapshot().alive
+        except NamespaceInUseError as exc:
+            owner_ok = False
+            seen.problems.insert(0, Problem("RedisNamespaceInUse", str(exc)))
         except LookupError:
             pass  # already reported as MissingSecret
         except RedisUnavailableError as exc:
-            problems.append(Problem("RedisUnreachable", f"Redis unreachable: {exc}"))
+            seen.problems.append(Problem("RedisUnreachable", f"Redis unreachable: {exc}"))
         except InvalidBrokerConfigError as exc:
-            problems.append(Problem("InvalidConfig", str(exc)))
+            if seen.desired is not None:
+                seen.problems.append(Problem("InvalidConfig", str(exc)))
 
-        if problems and retry_after is None:
-            retry_after = STEADY_RECHECK_SECONDS
-        outcome = self._finish(
-            body, names, desired, problems, paused, decision, pods, generation, members
+        self._observe(names, seen, spec, now)
+        desired = seen.desired
+        if desired is not None and owner_ok and not paused:
+            self._converge(body, names, seen, desired, now, apply=apply)
+        return self._finish(body, names, seen, paused)
+
+    def _observe(
+        self, names: ClusterNames, seen: Seen, spec: ClusterSpec | None, now: float
+    ) -> None:
+        seen.live_statefulset = self.kube.get_optional(
+            "apps/v1", "StatefulSet", names.namespace, names.statefulset
         )
-        outcome.retry_after = retry_after
-        return outcome
+        seen.pods = self.pods(names)
+        seen.problems.extend(pod_problems(seen.pods, now))
+        replicas = spec.replicas if spec is not None else 0
+        live = [pod for pod in seen.pods if not pod["metadata"].get("deletionTimestamp")]
+        missing = replicas - len(live)
+        if missing > 0:
+            events = self.statefulset_events(names)
+            seen.problems.extend(creation_refusals(events, missing, now))
 
-    def _finish(
+    def _converge(
         self,
         body: dict[str, Any],
         names: ClusterNames,
-        desired: Desired | None,
-        problems: list[Problem],
-        paused: bool,
-        decision: RollDecision | None,
-        pods: list[dict[str, Any]] | None,
-        generation: int,
-        members: list[str] | None = None,
+        seen: Seen,
+        desired: Desired,
+        now: float,
+        *,
+        apply: bool,
+    ) -> None:
+        """Apply the children and take at most one disruptive step (scale-in or roll)."""
+        live = seen.live_statefulset
+        live_replicas = int((live or {}).get("spec", {}).get("replicas", 0) or 0)
+        wanted = desired.spec.replicas
+        replicas, scale = (
+            self.steps.scale_in_step(body, live_replicas, wanted, seen.pods, act=apply)
+            if live is not None
+            else (wanted, None)
+        )
+        desired.statefulset["spec"]["replicas"] = replicas
+        if apply:
+            try:
+                self.apply_children(desired)
+                seen.applied = True
+            except KubeError as exc:
+                seen.problems.append(Problem("ApplyFailed", str(exc)))
+                return
+        else:
+            seen.applied = self._template_applied(live, desired)
+        if scale is not None:
+            seen.decision, seen.scaling_in = scale, True
+            return
+        seen.decision = self.steps.roll_step(
+            body, desired.spec, desired.template_hash, seen.pods, now, act=apply
+        )
+        if seen.decision.action is Action.DELETE and apply:
+            seen.pods = self.pods(names)
+        if apply and seen.decision.action is Action.DONE:
+            try:
+                self.steps.collect_revisions(names, desired.config_revision, seen.pods)
+            except KubeError as exc:
+                logger.warning("could not collect old config revisions: %s", exc)
+
+    @staticmethod
+    def _template_applied(live: dict[str, Any] | None, desired: Desired) -> bool:
+        return _template_hash(live) == desired.template_hash
+
+    def _finish(
+        self, body: dict[str, Any], names: ClusterNames, seen: Seen, paused: bool
     ) -> Outcome:
-        views = [pod_view(pod) for pod in pods or []]
+        metadata = body["metadata"]
+        generation = int(metadata.get("generation") or 0)
+        previous = body.get("status") or {}
+        applied_generation = (
+            generation if seen.applied else int(previous.get("observedGeneration") or 0)
+        )
+        desired = seen.desired
+        running_hash = desired.template_hash if seen.applied and desired else None
+        running_hash = running_hash or _template_hash(seen.live_statefulset)
         spec_replicas = int((body.get("spec") or {}).get("replicas", 0) or 0)
-        if desired is not None:
+        if seen.live_statefulset is not None and not seen.applied:
+            spec_replicas = int(seen.live_statefulset.get("spec", {}).get("replicas", 0) or 0)
+        elif desired is not None:
             spec_replicas = desired.spec.replicas
+        views = [pod_view(pod) for pod in seen.pods]
         current = [view for view in views if not view.terminating]
         extra: dict[str, Any] = {"selector": names.selector()}
-        if desired is not None:
+        if seen.applied and desired is not None:
             extra.update(
                 configHash=desired.config_hash,
                 templateHash=desired.template_hash,
                 clusterName=desired.cluster_name,
             )
-        if decision is not None:
-            extra["rollout"] = {"reason": decision.reason, "pod": decision.pod or ""}
-        updated = sum(
-            1
-            for view in current
-            if desired is not None and view.template_hash == desired.template_hash
+        decision = seen.decision
+        extra["rollout"] = (
+            None if decision is None else {"reason": decision.reason, "pod": decision.pod or ""}
         )
         obs = Observation(
             replicas=spec_replicas,
             ready_replicas=sum(1 for view in current if view.ready),
-            updated_replicas=updated,
+            updated_replicas=sum(
+                1 for view in current if running_hash and view.template_hash == running_hash
+            ),
             current_replicas=len(current),
             paused=paused,
             roll=decision,
-            problems=problems,
-            members=members,
+            problems=seen.problems,
+            members=seen.members,
             extra=extra,
+            applied_generation=applied_generation,
+            scaling_in=seen.scaling_in,
         )
-        status = status_patch(body.get("status"), obs, generation, datetime.now(UTC))
-        return Outcome(status=status, retry_after=None, problems=problems)
+        status = status_patch(previous, obs, generation, datetime.now(UTC))
+        self._warn(body, seen.problems)
+        retry_after: float | None = None
+        if decision is not None and decision.in_progress:
+            retry_after = decision.retry_after or 2.0
+        if seen.problems and retry_after is None:
+            retry_after = STEADY_RECHECK_SECONDS
+        return Outcome(status=status, retry_after=retry_after, problems=seen.problems)
+
+    def _warn(self, body: dict[str, Any], problems: list[Problem]) -> None:
+        """One Warning Event per problem reason that newly appeared."""
+        uid = body["metadata"]["uid"]
+        reasons = frozenset(problem.reason for problem in problems)
+        before = self._warned.get(uid, frozenset())
+        for problem in problems:
+            if problem.reason not in before:
+                post_event(self.kube, body, "Warning", problem.reason, problem.message)
+                before = before | {problem.reason}
+        self._warned[uid] = reasons
+
+    def forget(self, uid: str) -> None:
+        """Drop what is kept about a deleted XmqCluster."""
+        with self._locks_guard:
+            self._locks.pop(uid, None)
+        self._warned.pop(uid, None)
+
+
+class NamespaceInUseError(LookupError):
+    """The cluster's Redis key namespace is recorded for another XmqCluster."""
+
+
+def _template_hash(statefulset_body: dict[str, Any] | None) -> str | None:
+    if statefulset_body is None:
+        return None
+    template = statefulset_body.get("spec", {}).get("template", {})
+    value = (template.get("metadata", {}).get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
+    return str(value) if value else None

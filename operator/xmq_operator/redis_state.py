@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis
@@ -21,6 +21,15 @@ from xmq.contract import (
 logger = logging.getLogger(__name__)
 
 RedisUnavailableError = (redis.ConnectionError, redis.TimeoutError)
+
+TAKE_OVER_NAMESPACE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2])
+  return 1
+end
+return 0
+"""
+"""Replace the recorded cluster UID ARGV[1] by ARGV[2] (compare-and-set)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +51,7 @@ class ClusterRedis:
         self._client = client
         self.keys = keys
         self._release = client.register_script(RELEASE_DEAD_NODE)
+        self._take_over = client.register_script(TAKE_OVER_NAMESPACE)
 
     def snapshot(self) -> LeaseSnapshot:
         """The member index and every member's lease (malformed leases are logged, skipped)."""
@@ -59,6 +69,46 @@ class ClusterRedis:
             except ValidationError:
                 logger.warning("malformed lease of node %s in Redis: ignored", node_id)
         return LeaseSnapshot(members, tuple(leases))
+
+    def claim(self, cluster_uid: str) -> str:
+        """Record ``cluster_uid`` as the namespace's owner unless one is; the recorded UID."""
+        key = self.keys.cluster_uid()
+        self._client.set(key, cluster_uid, nx=True)
+        return str(self._client.get(key) or "")
+
+    def recorded_uid(self) -> str | None:
+        """The UID recorded as the namespace's owner, if any."""
+        value = self._client.get(self.keys.cluster_uid())
+        return None if value is None else str(value)
+
+    def take_over(self, old_uid: str, cluster_uid: str) -> bool:
+        """Replace the recorded owner ``old_uid`` by ``cluster_uid`` (False if it changed)."""
+        done = self._take_over(keys=[self.keys.cluster_uid()], args=[old_uid, cluster_uid])
+        return bool(done)
+
+    def ensure_owner(
+        self, cluster_uid: str, known_uids: Callable[[], set[str] | None]
+    ) -> str | None:
+        """None when the key namespace is (now) recorded for ``cluster_uid``; else the owner.
+
+        Another recorded UID is taken over only when ``known_uids()`` (the XmqClusters the
+        operator can see; None: unknown) does not hold it and no lease in the namespace is
+        alive: a deleted and re-created XmqCluster gets its namespace back, a live cluster
+        elsewhere (another Kubernetes cluster sharing the Redis) never loses it.
+        """
+        recorded = self.claim(cluster_uid)
+        if recorded == cluster_uid:
+            return None
+        known = known_uids()
+        gone = known is not None and recorded not in known and not self.snapshot().leases
+        if gone and self.take_over(recorded, cluster_uid):
+            logger.warning(
+                "cluster %s in Redis: taken over from the gone XmqCluster UID %s",
+                self.keys.cluster,
+                recorded,
+            )
+            return None
+        return recorded
 
     def release(self, node_id: str, pod_uid: str, epoch: int | None) -> CleanupResult:
         """Run the contract's compare-and-delete for one node of a dead pod."""

@@ -6,9 +6,10 @@ this model is the operator's view of an accepted spec (and the unit tests' way t
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 API_GROUP = "xmq.io"
 API_VERSION = "v1alpha1"
@@ -101,9 +102,26 @@ class PdbSpec(_Spec):
     max_unavailable: int = Field(default=1, ge=0, alias="maxUnavailable")
 
 
+QUANTITY = re.compile(
+    r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
+)
+"""A Kubernetes resource quantity (``500m``, ``2``, ``1.5Gi``, ``1e3``)."""
+
+
+def check_quantities(values: Any) -> Any:
+    """Refuse what the API server would refuse late (a StatefulSet apply failing with 500)."""
+    for name, value in values.items() if isinstance(values, dict) else ():
+        text = str(value).strip()
+        if isinstance(value, bool) or not QUANTITY.match(text) or text.startswith("-"):
+            raise ValueError(f"{name}: {value!r} is not a Kubernetes resource quantity")
+    return values
+
+
 class ResourcesSpec(_Spec):
     requests: dict[str, int | str] = Field(default_factory=dict)
     limits: dict[str, int | str] = Field(default_factory=dict)
+
+    _quantities = field_validator("requests", "limits", mode="before")(check_quantities)
 
 
 class ClusterSpec(_Spec):

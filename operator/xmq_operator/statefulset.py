@@ -54,8 +54,9 @@ def pod_workers(spec: ClusterSpec) -> int:
     return max(1, math.ceil(cores)) if cores else 0
 
 
-def _env(spec: ClusterSpec) -> list[dict[str, Any]]:
+def _env(spec: ClusterSpec, cluster_uid: str) -> list[dict[str, Any]]:
     env = [
+        {"name": pod_contract.CLUSTER_UID_ENV, "value": cluster_uid},
         _field_env(pod_contract.POD_NAME_ENV, "metadata.name"),
         _field_env(pod_contract.POD_UID_ENV, "metadata.uid"),
         _field_env(pod_contract.POD_NAMESPACE_ENV, "metadata.namespace"),
@@ -113,7 +114,7 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     }
 
 
-def _container(spec: ClusterSpec) -> dict[str, Any]:
+def _container(spec: ClusterSpec, cluster_uid: str) -> dict[str, Any]:
     mounts = [{"name": "config", "mountPath": pod_contract.CONFIG_DIR, "readOnly": True}]
     if spec.listeners.tls.enabled:
         mounts.append({"name": "tls", "mountPath": pod_contract.TLS_DIR, "readOnly": True})
@@ -130,7 +131,7 @@ def _container(spec: ClusterSpec) -> dict[str, Any]:
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "command": list(pod_contract.BROKER_COMMAND),
-        "env": _env(spec),
+        "env": _env(spec, cluster_uid),
         "ports": _ports(spec),
         "volumeMounts": mounts,
         "startupProbe": _probe(pod_contract.LIVENESS_PATH, 2, 60),
@@ -202,13 +203,20 @@ def pod_template(
     *,
     config_hash: str,
     restarted_at: str | None,
+    cluster_uid: str,
+    config_map: str,
 ) -> dict[str, Any]:
-    """The pod template, with the template hash the roll compares pods against."""
+    """The pod template, with the template hash the roll compares pods against.
+
+    The hash is taken with the config volume naming the base ConfigMap name: the revision
+    ``config_map`` differs for a ``log``-only change, which must not roll pods (``config_hash``
+    covers every restart-relevant change).
+    """
     annotations = {CONFIG_HASH_ANNOTATION: config_hash}
     if restarted_at:
         annotations[RESTART_ANNOTATION] = restarted_at
     pod_spec: dict[str, Any] = {
-        "containers": [_container(spec)],
+        "containers": [_container(spec, cluster_uid)],
         "affinity": _affinity(spec, names),
         "terminationGracePeriodSeconds": (
             spec.update_strategy.drain_timeout_seconds + GRACE_MARGIN_SECONDS
@@ -257,6 +265,7 @@ def pod_template(
         ]
     template = {"metadata": {"labels": dict(labels), "annotations": annotations}, "spec": pod_spec}
     annotations[TEMPLATE_HASH_ANNOTATION] = stable_hash(template)
+    pod_spec["volumes"][0] = {"name": "config", "configMap": {"name": config_map}}
     return template
 
 

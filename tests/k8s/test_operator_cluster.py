@@ -93,6 +93,13 @@ class Cluster:
             and all(_pod_ready(pod) for pod in pods)
         )
 
+    def config_map(self) -> str:
+        """The revisioned ConfigMap the StatefulSet's pods mount."""
+        sts = self.plane.kubectl_json("get", "statefulset", self.name, "-n", self.namespace)
+        volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+        name: str = volumes["config"]["configMap"]["name"]
+        return name
+
     def events(self, reason: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = self.plane.kubectl_json(
             "get", "events", "-n", self.namespace,
@@ -160,8 +167,13 @@ def test_a_cluster_runs_four_pods_one_per_c5n_node_and_goes_ready(cluster: Clust
 
     sts = cluster.plane.kubectl_json("get", "statefulset", "xmq", "-n", cluster.namespace)
     assert sts["spec"]["updateStrategy"]["type"] == "OnDelete"
+    config_map = cluster.config_map()
+    assert config_map.startswith("xmq-config-")
+    assert cluster.plane.kubectl_json("get", "configmap", config_map, "-n", cluster.namespace)[
+        "immutable"
+    ]
     for kind, name in (
-        ("configmap", "xmq-config"),
+        ("configmap", config_map),
         ("service", "xmq"),
         ("service", "xmq-peers"),
         ("poddisruptionbudget", "xmq"),
@@ -175,7 +187,12 @@ def test_a_cluster_runs_four_pods_one_per_c5n_node_and_goes_ready(cluster: Clust
 def test_reconciling_again_changes_nothing(cluster: Cluster) -> None:
     def versions() -> dict[str, str]:
         found = {}
-        for kind, name in (("configmap", "xmq-config"), ("service", "xmq"), ("statefulset", "xmq")):
+        children = (
+            ("configmap", cluster.config_map()),
+            ("service", "xmq"),
+            ("statefulset", "xmq"),
+        )
+        for kind, name in children:
             child = cluster.plane.kubectl_json("get", kind, name, "-n", cluster.namespace)
             found[kind + "/" + name] = child["metadata"]["resourceVersion"]
         return found
@@ -206,6 +223,7 @@ def test_members_reported_alive_come_from_redis_leases(cluster: Cluster) -> None
 def test_a_config_edit_rolls_pods_one_at_a_time_highest_ordinal_first(cluster: Cluster) -> None:
     old_uids = {pod["metadata"]["name"]: pod["metadata"]["uid"] for pod in cluster.pods()}
     old_hash = cluster.body()["status"]["templateHash"]
+    old_config_map = cluster.config_map()
     cluster.patch_spec({"config": {"mqtt": {"receive_maximum": 100}}})
 
     replaced: list[str] = []
@@ -236,6 +254,10 @@ def test_a_config_edit_rolls_pods_one_at_a_time_highest_ordinal_first(cluster: C
     hashes = {pod["metadata"]["annotations"]["xmq.io/template-hash"] for pod in cluster.pods()}
     assert hashes == {cluster.body()["status"]["templateHash"]}
     assert len(cluster.events("RollingPod")) >= 4
+    # The previous revision stays (immutable), ready for a roll back by reverting the spec.
+    assert cluster.config_map() != old_config_map
+    kept = cluster.plane.kubectl_json("get", "configmap", old_config_map, "-n", cluster.namespace)
+    assert kept["immutable"] is True
 
 
 def test_a_deleted_pods_leases_are_released_and_a_live_pods_are_not(cluster: Cluster) -> None:

@@ -253,7 +253,12 @@ def _run(args: argparse.Namespace) -> int:
         failed = [url for url in urls if _drain(url, args.server_reference, authorization) != 0]
         return 1 if failed else 0
     if args.command == "serve":
+        from xmq.app.cluster_runtime import ClusterIdentityError
         from xmq.app.server import serve
 
-        return serve(_load(args.config, args.host, args.port), args.config)
+        try:
+            return serve(_load(args.config, args.host, args.port), args.config)
+        except ClusterIdentityError as error:  # another cluster's Redis namespace
+            print(f"xmq: refusing to start: {_one_line(str(error))}", file=sys.stderr)
+            return 2
     return 2

@@ -22,7 +22,7 @@ from xmq.cluster.orphan_loader import PendingOrphans, load_orphans
 from xmq.cluster.peer_link import PeerLink
 from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
-from xmq.contract.pod import POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
+from xmq.contract.pod import CLUSTER_UID_ENV, POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
 from xmq.contract.retained_scripts import SET_RETAINED
 from xmq.contract.session_scripts import (
     APPEND_IF_OWNER,
@@ -45,6 +45,24 @@ log = logging.getLogger("xmq.app.cluster")
 def redis_url_of(config: BrokerConfig) -> str | None:
     """The cluster's Redis URL: ``cluster.redis_url``, else ``XMQ_REDIS_URL``, else None."""
     return config.cluster.redis_url or os.environ.get(REDIS_URL_ENV) or None
+
+
+class ClusterIdentityError(RuntimeError):
+    """The cluster's Redis key namespace is recorded for another XmqCluster (``cluster:uid``)."""
+
+
+async def check_cluster_uid(client: aioredis.Redis, keys: ClusterKeys, uid: str) -> None:
+    """Record ``uid`` as the namespace's owner unless one is recorded; refuse another one."""
+    key = keys.cluster_uid()
+    await client.set(key, uid, nx=True)
+    recorded = await client.get(key)
+    text = recorded.decode() if isinstance(recorded, bytes) else recorded
+    if text is not None and text != uid:
+        raise ClusterIdentityError(
+            f"cluster {keys.cluster!r} in Redis belongs to XmqCluster UID {text}, "
+            f"not to this node's {CLUSTER_UID_ENV}={uid}: refusing to join it "
+            "(give this cluster its own config cluster.name)"
+        )
 
 
 class ClusterRuntime:
@@ -115,8 +133,11 @@ class ClusterRuntime:
             self._online,
         )
         deadline = asyncio.get_running_loop().time() + 30
+        cluster_uid = os.environ.get(CLUSTER_UID_ENV)
         while True:
             try:
+                if cluster_uid:
+                    await check_cluster_uid(self.lease_client, self.keys, cluster_uid)
                 await self.membership.join()
                 await self.batcher.start()
                 break

@@ -91,6 +91,11 @@ class ClusterKeys:
         """``SCAN MATCH`` pattern of every lease key of the cluster."""
         return f"{self.prefix}node:lease:*"
 
+    def cluster_uid(self) -> str:
+        """String: the UID of the XmqCluster owning this key namespace (``SET NX`` by its
+        operator, or by a broker started with ``XMQ_CLUSTER_UID``); another UID refuses."""
+        return f"{self.prefix}cluster:uid"
+
     def members(self) -> str:
         """Set of node ids that may hold a lease (a lease key decides whether one is alive)."""
         return f"{self.prefix}members"

@@ -62,11 +62,71 @@ def test_a_settled_cluster_is_ready_not_progressing_not_degraded() -> None:
 
 def test_a_roll_is_progressing_with_its_reason() -> None:
     roll = RollDecision(Action.WAIT, "pod xmq-2 is terminating")
-    conditions = _by_type(desired_conditions(_obs(roll=roll, ready_replicas=3), had_paused=False))
+    obs = _obs(roll=roll, ready_replicas=3, current_replicas=3, updated_replicas=2)
+    conditions = _by_type(desired_conditions(obs, had_paused=False, generation=3))
     assert conditions["Progressing"] == Condition(
-        "Progressing", "True", "RollingUpdate", "pod xmq-2 is terminating"
+        "Progressing", "True", "RollingUpdate", "pod xmq-2 is terminating", 3
     )
     assert conditions["Ready"].status == "False"
+
+
+def test_waiting_for_a_missing_pod_is_no_roll() -> None:
+    # Every pod runs the current template: a missing one is being created, nothing rolls.
+    roll = RollDecision(Action.WAIT, "waiting for pod ordinal 2 to be created")
+    obs = _obs(roll=roll, ready_replicas=3, current_replicas=3, updated_replicas=3)
+    conditions = _by_type(desired_conditions(obs, had_paused=False))
+    assert conditions["Progressing"].reason == "WaitingForPods"
+
+
+def test_an_invalid_config_on_a_healthy_cluster_is_degraded_but_still_ready() -> None:
+    problem = Problem("InvalidConfig", "spec.config is invalid: mqtt.max_packet_size: too small")
+    obs = _obs(problems=[problem], applied_generation=4)
+    patch = status_patch(None, obs, 5, T0)
+    conditions = {item["type"]: item for item in patch["conditions"]}
+    assert patch["observedGeneration"] == 4
+    assert patch["updatedReplicas"] == 4
+    assert conditions["Ready"]["status"] == "True"
+    assert conditions["Ready"]["observedGeneration"] == 4
+    assert "generation 5 is not running" in conditions["Ready"]["message"]
+    assert (conditions["Degraded"]["status"], conditions["Degraded"]["reason"]) == (
+        "True",
+        "InvalidConfig",
+    )
+    assert conditions["Degraded"]["observedGeneration"] == 5
+
+
+def test_a_paused_spec_change_does_not_advance_observed_generation() -> None:
+    patch = status_patch(None, _obs(paused=True, applied_generation=6), 7, T0)
+    conditions = {item["type"]: item for item in patch["conditions"]}
+    assert patch["observedGeneration"] == 6
+    assert conditions["ReconciliationPaused"]["status"] == "True"
+    assert conditions["ReconciliationPaused"]["observedGeneration"] == 7
+    assert conditions["Progressing"]["reason"] == "ReconciliationPaused"
+    assert "reconciliation is paused" in conditions["Ready"]["message"]
+
+
+def test_a_namespace_of_another_cluster_is_not_ready_even_with_ready_pods() -> None:
+    problem = Problem("RedisNamespaceInUse", "belongs to XmqCluster UID other")
+    conditions = _by_type(desired_conditions(_obs(problems=[problem]), had_paused=False))
+    assert (conditions["Ready"].status, conditions["Ready"].reason) == (
+        "False",
+        "RedisNamespaceInUse",
+    )
+    assert conditions["Degraded"].reason == "RedisNamespaceInUse"
+
+
+def test_pods_that_cannot_run_block_progress_with_the_cause() -> None:
+    problem = Problem("Unschedulable", "pod xmq-3 cannot be scheduled: 0/12 nodes are available")
+    roll = RollDecision(Action.WAIT, "waiting for pod ordinal 3 to be created")
+    obs = _obs(problems=[problem], roll=roll, ready_replicas=3, current_replicas=4)
+    conditions = _by_type(desired_conditions(obs, had_paused=False))
+    assert (conditions["Progressing"].status, conditions["Progressing"].reason) == (
+        "False",
+        "Blocked",
+    )
+    assert "0/12 nodes" in conditions["Progressing"].message
+    assert conditions["Ready"].reason == "Unschedulable"
+    assert conditions["Degraded"].reason == "Unschedulable"
 
 
 def test_a_problem_is_degraded_with_its_reason_and_not_ready() -> None:

@@ -160,3 +160,11 @@ def test_sweep_and_container_restart_release_every_worker_of_the_pod() -> None:
     workers[2] = _lease("xmq-0-2", "u0", 2, STARTED + 70)
     released = releases_for_restarted_container(restarted, "broker", workers)
     assert [release.node_id for release in released] == ["xmq-0-0", "xmq-0-1", "xmq-0-3"]
+
+
+def test_only_leases_of_the_clusters_own_statefulset_are_swept() -> None:
+    from xmq_operator.dead_pods import leases_of_statefulset
+
+    leases = [_lease("xmq-0-0", "u0"), _lease("xmq-other-1-0", "u1"), _lease("xmq-12-1", "u2")]
+    own = leases_of_statefulset(leases, "xmq")
+    assert [lease.node_id for lease in own] == ["xmq-0-0", "xmq-12-1"]

@@ -298,3 +298,56 @@ def test_admin_token_mounts_the_secret_key_and_configures_the_token_file() -> No
     assert "admin_token_file" not in yaml.safe_load(
         next(iter(_by_kind(_render(), "ConfigMap")["data"].values()))
     ).get("metrics", {})
+
+
+def test_each_config_revision_is_an_immutable_configmap_the_pods_mount() -> None:
+    desired = _render({"config": {"mqtt": {"receive_maximum": 10}}})
+    config_map = _by_kind(desired, "ConfigMap")
+    name = config_map["metadata"]["name"]
+    assert name == desired.config_revision
+    assert name.startswith("prod-config-") and len(name) == len("prod-config-") + 10
+    assert config_map["immutable"] is True
+    assert config_map["metadata"]["labels"]["xmq.io/config-revision"] == name.rsplit("-", 1)[1]
+    volumes = {v["name"]: v for v in _pod_spec(desired)["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == name
+    # A reverted spec renders the same revision again: its ConfigMap is reused.
+    assert _render({"config": {"mqtt": {"receive_maximum": 10}}}).config_revision == name
+    assert _render().config_revision != name
+
+
+def test_a_log_only_change_gets_its_own_revision_but_rolls_nothing() -> None:
+    logged = _render({"config": {"log": {"level": "DEBUG"}}})
+    plain = _render()
+    assert logged.config_revision != plain.config_revision
+    assert logged.template_hash == plain.template_hash
+
+
+def test_pods_carry_the_xmqcluster_uid_for_the_redis_namespace_check() -> None:
+    (container,) = _pod_spec(_render())["containers"]
+    env = {item["name"]: item for item in container["env"]}
+    assert env[pod_contract.CLUSTER_UID_ENV] == {
+        "name": pod_contract.CLUSTER_UID_ENV,
+        "value": "0f6a3c2e-uid",
+    }
+
+
+def test_the_pdb_lets_unready_pods_be_evicted() -> None:
+    pdb = _by_kind(_render(), "PodDisruptionBudget")
+    assert pdb["spec"]["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+@pytest.mark.parametrize("quantity", ["lots", "1.5.2", "-1", "10 Gi", "1GB", True])
+def test_an_invalid_resource_quantity_is_an_invalid_spec(quantity: object) -> None:
+    from pydantic import ValidationError
+
+    from xmq_operator.reconciler import spec_error
+
+    body = cluster_body({"resources": {"requests": {"cpu": quantity}}})
+    with pytest.raises(ValidationError) as caught:
+        parse_spec(body)
+    assert spec_error(caught.value).startswith("spec is invalid: resources.requests")
+
+
+@pytest.mark.parametrize("quantity", ["500m", "2", 2, "1.5Gi", "512Mi", "1e3", "0.5", "100k"])
+def test_valid_resource_quantities_are_accepted(quantity: object) -> None:
+    parse_spec(cluster_body({"resources": {"limits": {"cpu": quantity, "memory": quantity}}}))
