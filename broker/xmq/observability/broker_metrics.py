@@ -165,6 +165,12 @@ class BrokerCollector(Collector):
         yield _counter("xmq_bytes_received", "Bytes read from clients.", stats.bytes_received)
         yield _counter("xmq_bytes_sent", "Bytes written to clients.", stats.bytes_sent)
         yield _gauge("xmq_queued_bytes", "Payload bytes queued in sessions.", stats.queued_bytes)
+        yield _gauge(
+            "xmq_memory_budget_bytes",
+            "Budget of queued payload bytes (limits.memory_budget_bytes); above it QoS 0 is "
+            "dropped and QoS 1/2 to offline sessions refused.",
+            broker.settings.queues.budget_bytes,
+        )
         queued = inflight = 0
         for session in broker.sessions.values():
             queued += len(session.queue)

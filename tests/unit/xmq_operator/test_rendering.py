@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.pod_security import restricted_violations
 from tests.unit.xmq_operator.cluster_bodies import cluster_body
 from xmq.contract import pod as pod_contract
 from xmq_operator.broker_config import InvalidBrokerConfigError
@@ -271,3 +272,12 @@ def test_link_tls_mounts_the_secret_and_configures_the_links() -> None:
         "ca_file": "/etc/xmq/link-tls/ca.crt",
     }
     assert desired.template_hash != _render().template_hash
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{}, {"workers": 3, "listeners": {"tls": {"enabled": True, "secretName": "tls"}}}],
+    ids=["default", "tls-workers"],
+)
+def test_broker_pods_meet_pod_security_restricted(spec: dict[str, Any]) -> None:
+    assert restricted_violations(_pod_spec(_render(spec))) == []
