@@ -42,9 +42,12 @@ def json_schema(openapi: dict[str, Any]) -> dict[str, Any]:
         else:
             out[key] = value
     if openapi.get("x-kubernetes-int-or-string") and "pattern" in out:
-        # JSON Schema applies ``pattern`` to strings only: the same meaning as the CRD's.
+        # A quantity. JSON Schema applies ``pattern`` to strings only, as the CRD does; the
+        # CRD refuses negative integers with a CEL rule, said here with ``minimum``.
         out["anyOf"] = [
-            {**alt, "pattern": out["pattern"]} if alt.get("type") == "string" else alt
+            {**alt, "pattern": out["pattern"]}
+            if alt.get("type") == "string"
+            else {**alt, "minimum": 0}
             for alt in out["anyOf"]
         ]
         del out["pattern"]
