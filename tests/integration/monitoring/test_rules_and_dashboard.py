@@ -22,6 +22,7 @@ import yaml
 from paho.mqtt.packettypes import PacketTypes
 
 from tests.support.cluster_nodes import ClusterNodes, routed
+from tests.support.http_probe import wait_port
 from tests.support.paho_client import PahoClient, props
 from tests.support.redis_server import free_port, running_redis
 
@@ -99,6 +100,20 @@ class Prometheus:
             stderr=subprocess.STDOUT,
         )
 
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc.poll() is None, "prometheus exited (see prometheus.log)"
+            try:
+                url = f"http://127.0.0.1:{self.port}/-/ready"
+                with urllib.request.urlopen(url, timeout=2) as answer:
+                    if answer.status == 200:
+                        return
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "prometheus did not become ready"
+            time.sleep(0.2)
+
     def query(self, expr: str) -> list[dict[str, Any]]:
         url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode(
             {"query": expr}
@@ -141,12 +156,9 @@ def scraped_cluster(tmp_path: Path) -> Iterator[tuple[ClusterNodes, Prometheus]]
         prometheus: Prometheus | None = None
         try:
             nodes.start_many(2)
-            deadline = time.monotonic() + 20
-            while not all("metrics" in nodes.nodes[i].ports for i in (1, 2)):
-                assert time.monotonic() < deadline, "no metrics endpoint line from the nodes"
-                time.sleep(0.05)
-            targets = [f"127.0.0.1:{nodes.nodes[i].ports['metrics']}" for i in (1, 2)]
+            targets = [f"127.0.0.1:{wait_port(nodes.nodes[i], 'metrics')}" for i in (1, 2)]
             prometheus = Prometheus(tmp_path, targets)
+            prometheus.wait_ready()
             yield nodes, prometheus
         finally:
             if prometheus is not None:
