@@ -15,6 +15,7 @@ leader while kopf's event loop has beaten within ``HEARTBEAT_STALE_S``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -146,6 +147,7 @@ class OperatorMetrics:
 
 METRICS = OperatorMetrics()
 """The process's metrics (kopf handlers are module-level functions, so is this)."""
+_HEARTBEAT: list[asyncio.Task[None]] = []
 
 
 @kopf.on.startup()
@@ -158,7 +160,16 @@ async def start_heartbeat(**_: Any) -> None:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
 
     METRICS.heartbeat = time.monotonic()
-    asyncio.get_running_loop().create_task(beat(), name="xmq-operator-heartbeat")
+    _HEARTBEAT.append(asyncio.get_running_loop().create_task(beat(), name="xmq-heartbeat"))
+
+
+@kopf.on.cleanup()
+async def stop_heartbeat(**_: Any) -> None:
+    while _HEARTBEAT:
+        task = _HEARTBEAT.pop()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
