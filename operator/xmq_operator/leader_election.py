@@ -19,11 +19,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import urllib3
+
 from xmq_operator.kube_api import KubeApi, KubeError
 
 logger = logging.getLogger(__name__)
 
 LEASES_PATH = "/apis/coordination.k8s.io/v1/namespaces/{ns}/leases"
+ROUND_FAILURES = (KubeError, OSError, urllib3.exceptions.HTTPError, ValueError, KeyError)
+"""What makes one election round fail (API errors, connection errors, odd answers)."""
 
 
 def micro_time(moment: datetime) -> str:
@@ -160,7 +164,7 @@ class LeaderElector:
                 if held_by_other and now < self.observed_at + current.duration_s:
                     return False
                 record = self.store.update(self._spec(current), current.version)
-        except KubeError as exc:
+        except ROUND_FAILURES as exc:
             # A conflict is another candidate's write winning the race; anything else
             # (API server away, RBAC) is a failed round: the leader's deadline decides.
             logger.debug("lease round failed: %s", exc)
@@ -210,5 +214,5 @@ class LeaderElector:
         }
         try:
             self.store.update(spec, self.observed.version)
-        except KubeError as exc:
+        except ROUND_FAILURES as exc:
             logger.warning("could not release the leader lease: %s", exc)

@@ -28,10 +28,12 @@ class MemoryLeaseStore:
     def __init__(self) -> None:
         self.record: LeaseRecord | None = None
         self.version = 0
-        self.down = False
+        self.down: bool | str = False
         self.writes: list[dict[str, Any]] = []
 
     def _check(self) -> None:
+        if self.down == "refused":
+            raise ConnectionRefusedError("apiserver not listening")
         if self.down:
             raise KubeError(503, "Service Unavailable", "apiserver away")
 
@@ -104,8 +106,11 @@ def test_a_leader_that_cannot_renew_steps_down_before_anyone_may_take_over() -> 
     assert not b.try_acquire_or_renew()
     renewed_at = clock.now
     store.down = True
-    clock.now += 8
+    clock.now += 4
     assert a.renew_round()  # still within the renew deadline
+    store.down = "refused"  # not even an HTTP answer: a failed round all the same
+    clock.now += 4
+    assert a.renew_round()
     clock.now += 2
     assert not a.renew_round()  # 10 s without renewal: leadership given up
     assert not a.is_leader
