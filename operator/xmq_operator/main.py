@@ -25,6 +25,7 @@ from xmq_operator.operator_metrics import METRICS, OperatorEndpoint
 
 DEFAULT_LIVENESS = "http://0.0.0.0:8080/healthz"
 DEFAULT_LEASE_NAME = "xmq-operator"
+SHUTDOWN_GRACE_S = 10.0
 logger = logging.getLogger("xmq_operator")
 
 
@@ -87,38 +88,50 @@ def _elector(args: argparse.Namespace) -> LeaderElector:
     )
 
 
-def _wait_for_leadership(elector: LeaderElector) -> bool:
-    """Block until leader (True) or SIGTERM/SIGINT (False)."""
-    stop = threading.Event()
+def _run_kopf(args: argparse.Namespace, stop: threading.Event, failed: list[BaseException]) -> None:
+    """kopf in this thread (the main thread owns the signals), until ``stop`` is set."""
+    from xmq_operator.handlers import WATCHED_NAMESPACES
 
-    def stopping(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {sig: signal.signal(sig, stopping) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        logger.info("waiting for the leader lease as %s", elector.identity)
-        return elector.acquire(stop)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        kopf.run(
+            standalone=True,
+            clusterwide=not args.namespace,
+            namespaces=args.namespace,
+            stop_flag=stop,
+            memo=kopf.Memo({WATCHED_NAMESPACES: tuple(args.namespace)}),
+        )
+    except BaseException as exc:  # reported by main: the process exits 1
+        failed.append(exc)
+        logger.exception("the operator stopped on an error")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the operator until it is stopped (SIGTERM / SIGINT); 1 when leadership is lost."""
+    """Run the operator until SIGTERM / SIGINT (exit 0); 1 when leadership is lost or kopf
+    failed. Signals are the main thread's: kopf runs in a thread and is stopped by a flag, and
+    a kopf that does not stop within ``SHUTDOWN_GRACE_S`` is left behind (the process exits)."""
     args = parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    from xmq_operator.handlers import WATCHED_NAMESPACES  # (and registers the handlers)
+    import xmq_operator.handlers  # noqa: F401  (registers the handlers)
 
+    stop = threading.Event()
+
+    def stopping(signum: int, frame: FrameType | None) -> None:
+        logger.info("signal %s: stopping", signal.Signals(signum).name)
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, stopping)
     endpoint = _endpoint(args.liveness)
     endpoint.start()
     elector = _elector(args) if args.leader_election_namespace else None
-    if elector is not None and not _wait_for_leadership(elector):
-        endpoint.stop()
-        return 0
-    stop_kopf = threading.Event()
+    if elector is not None:
+        logger.info("waiting for the leader lease as %s", elector.identity)
+        if not elector.acquire(stop):
+            endpoint.stop()
+            return 0
     lost = threading.Event()
     stop_renewing = threading.Event()
     renewer: threading.Thread | None = None
@@ -127,21 +140,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         def on_lost() -> None:
             METRICS.set_leader(False)
             lost.set()
-            stop_kopf.set()
+            stop.set()
 
         renewer = threading.Thread(
             target=elector.hold, args=(stop_renewing, on_lost), name="leader-lease", daemon=True
         )
         renewer.start()
     METRICS.set_leader(True)
+    failed: list[BaseException] = []
+    operator = threading.Thread(
+        target=_run_kopf, args=(args, stop, failed), name="kopf", daemon=True
+    )
+    operator.start()
     try:
-        kopf.run(
-            standalone=True,
-            clusterwide=not args.namespace,
-            namespaces=args.namespace,
-            stop_flag=stop_kopf,
-            memo=kopf.Memo({WATCHED_NAMESPACES: tuple(args.namespace)}),
-        )
+        while operator.is_alive() and not stop.wait(0.5):
+            pass
+        stop.set()
+        operator.join(timeout=SHUTDOWN_GRACE_S)
+        if operator.is_alive():
+            logger.error("kopf did not stop within %.0fs: exiting anyway", SHUTDOWN_GRACE_S)
     finally:
         stop_renewing.set()
         METRICS.set_leader(False)
@@ -150,4 +167,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         if elector is not None and not lost.is_set():
             elector.release()
         endpoint.stop()
-    return 1 if lost.is_set() else 0
+    return 1 if lost.is_set() or failed else 0
