@@ -116,7 +116,7 @@ def test_watch_namespaces_get_roles_and_the_cluster_role_keeps_only_cluster_read
     assert bindings == {"mq-a", "mq-b", "ops"}
     (cluster_role,) = [doc for doc in docs if doc["kind"] == "ClusterRole"]
     resources = {res for rule in cluster_role["rules"] for res in rule["resources"]}
-    assert resources == {"nodes", "customresourcedefinitions"}
+    assert resources == {"nodes", "namespaces", "customresourcedefinitions"}
     verbs = {verb for rule in cluster_role["rules"] for verb in rule["verbs"]}
     assert verbs == {"list", "watch"}
     (deployment,) = [doc for doc in docs if doc["kind"] == "Deployment"]

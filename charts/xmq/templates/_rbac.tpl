@@ -40,8 +40,12 @@
 - apiGroups: [""]
   resources: [nodes]
   verbs: [list, watch]
-# kopf discovers custom resources as they appear.
+# kopf discovers custom resources as they appear, and the namespaces it watches (without
+# namespaces it would retry 403s for a minute before watching anything).
 - apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
+  verbs: [list, watch]
+- apiGroups: [""]
+  resources: [namespaces]
   verbs: [list, watch]
 {{- end -}}
