@@ -1,8 +1,10 @@
-"""Two ``xmq-operator`` processes with leader election: only the Lease holder acts (handlers,
-metrics), the other stands by; a leader stopped with SIGTERM hands over at once."""
+"""``xmq-operator`` processes with leader election: only the Lease holder acts (handlers,
+metrics), the others stand by; a leader stopped with SIGTERM hands over at once, a killed one
+once its lease has expired."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
@@ -79,6 +81,19 @@ def test_only_the_leader_acts_and_a_stopped_leader_hands_over(
             )  # fmt: skip
             wait_for(lambda: statefulset_replicas() == 2, 60, "the new leader to act")
             assert _acted(standby) >= 1
+
+            # kill -9: no release; a third candidate takes over once the lease (6 s) expired.
+            third = OperatorProcess(plane.kubeconfig, tmp_path / "c.log", "--identity=c", *election)
+            try:
+                wait_for(lambda: third.get("/healthz") == (200, "standby\n"), 60, "c standing by")
+                standby.proc.kill()
+                standby.proc.wait()
+                killed_at = time.monotonic()
+                wait_for(lambda: third.metric("xmq_operator_leader") == 1, 30, "c to lead")
+                took = time.monotonic() - killed_at
+                assert 3 <= took <= 15, took  # not before the lease could expire, not much after
+            finally:
+                third.stop()
     finally:
         first.stop()
         if second is not None:
