@@ -30,7 +30,8 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
  && mkdir -p /etc/xmq && chown xmq:xmq /etc/xmq
 USER 10001:10001
 WORKDIR /home/xmq
-# MQTT, MQTT over TLS, cluster links, health/metrics
-EXPOSE 1884 8884 7884 9090
+# MQTT, MQTT over TLS (8883: the operator's pods; a `xmq serve` tls listener without a port
+# binds 8884), cluster links, health/metrics (pod contract: broker/xmq/contract/pod.py)
+EXPOSE 1884 8883 7884 9090
 ENTRYPOINT []
 CMD ["xmq", "serve"]

@@ -19,6 +19,7 @@ from xmq_operator.cleanup import DeadPodCleaner
 from xmq_operator.dead_pods import node_is_out_of_service
 from xmq_operator.kube_api import KubeApi, KubeError, load_configuration
 from xmq_operator.naming import BROKER_COMPONENT, LABEL_COMPONENT, LABEL_MANAGED_BY, MANAGED_BY
+from xmq_operator.operator_metrics import METRICS
 from xmq_operator.ownership import ChildWatch, controller_owner
 from xmq_operator.reconciler import Reconciler
 from xmq_operator.redis_state import RedisPool, RedisUnavailableError
@@ -32,6 +33,8 @@ BROKER_POD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_COMPONENT}={BROKE
 CHILD_LABELS = {LABEL_MANAGED_BY: MANAGED_BY}
 RESYNC_INTERVAL_SECONDS = 10.0
 KOPF_PREFIX = "kopf.xmq.io"
+WATCHED_NAMESPACES = "watched_namespaces"
+"""Memo key: the namespaces the operator was started for (empty: every namespace)."""
 
 _EXPECTED_FAILURES = (LookupError, KubeError, ValidationError, ValueError, *RedisUnavailableError)
 
@@ -97,27 +100,29 @@ def shutdown(memo: Any, **_: Any) -> None:
 @kopf.on.update(*CLUSTER)
 def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
     """Apply the children, take one roll step, write the status; re-check while unsettled."""
-    outcome = _state(memo).reconciler.reconcile(_plain(body), apply=True)
-    patch.status.update(outcome.status)
-    if outcome.retry_after is not None:
-        reasons = "; ".join(problem.message for problem in outcome.problems)
-        raise kopf.TemporaryError(reasons or "roll in progress", delay=outcome.retry_after)
+    with METRICS.run("reconcile"):
+        outcome = _state(memo).reconciler.reconcile(_plain(body), apply=True)
+        patch.status.update(outcome.status)
+        if outcome.retry_after is not None:
+            reasons = "; ".join(problem.message for problem in outcome.problems)
+            raise kopf.TemporaryError(reasons or "roll in progress", delay=outcome.retry_after)
 
 
 @kopf.timer(*CLUSTER, interval=RESYNC_INTERVAL_SECONDS, initial_delay=2.0)
 def resync(body: kopf.Body, patch: kopf.Patch, memo: Any, **_: Any) -> None:
     """The periodic resync: repair drift, take a due step, refresh the status, and sweep
     dead pods' leases (the sweep also while paused)."""
-    state = _state(memo)
-    plain = _plain(body)
-    if plain["metadata"].get("deletionTimestamp"):
-        return
-    outcome = state.reconciler.reconcile(plain, apply=True)
-    patch.status.update(outcome.status)
-    try:
-        state.cleaner.sweep_cluster(plain)
-    except _EXPECTED_FAILURES as exc:
-        logger.debug("sweep of %s skipped: %s", plain["metadata"]["name"], exc)
+    with METRICS.run("resync"):
+        state = _state(memo)
+        plain = _plain(body)
+        if plain["metadata"].get("deletionTimestamp"):
+            return
+        outcome = state.reconciler.reconcile(plain, apply=True)
+        patch.status.update(outcome.status)
+        try:
+            state.cleaner.sweep_cluster(plain)
+        except _EXPECTED_FAILURES as exc:
+            logger.debug("sweep of %s skipped: %s", plain["metadata"]["name"], exc)
 
 
 @kopf.on.event(*CLUSTER)
@@ -188,8 +193,12 @@ def node_event(event: Mapping[str, Any], body: kopf.Body, memo: Any, **_: Any) -
         return
     state = _state(memo)
     node_name = body["metadata"]["name"]
+    # With watched namespaces the operator may only list pods in those (namespaced RBAC).
+    watched = memo.get(WATCHED_NAMESPACES, ()) if isinstance(memo, Mapping) else ()
+    pods: list[dict[str, Any]] = []
     try:
-        pods = state.kube.pods_on_node(node_name, BROKER_POD_SELECTOR)
+        for namespace in watched or (None,):
+            pods += state.kube.pods_on_node(node_name, BROKER_POD_SELECTOR, namespace)
     except KubeError as exc:
         logger.warning("cannot list pods of node %s: %s", node_name, exc)
         return

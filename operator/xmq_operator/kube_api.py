@@ -211,12 +211,16 @@ class KubeApi:
         items: list[dict[str, Any]] = result.get("items") or []
         return items
 
-    def pods_on_node(self, node_name: str, label_selector: str) -> list[dict[str, Any]]:
+    def pods_on_node(
+        self, node_name: str, label_selector: str, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Pods on ``node_name`` in every namespace, or in ``namespace`` (namespaced RBAC)."""
         query = {
             "labelSelector": label_selector,
             "fieldSelector": f"spec.nodeName={node_name}",
         }
-        result = self.request("GET", "/api/v1/pods", query=query)
+        path = collection_path("v1", "Pod", namespace) if namespace else "/api/v1/pods"
+        result = self.request("GET", path, query=query)
         items: list[dict[str, Any]] = result.get("items") or []
         return items
 

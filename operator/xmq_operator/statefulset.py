@@ -139,6 +139,7 @@ def _container(spec: ClusterSpec, cluster_uid: str) -> dict[str, Any]:
         "readinessProbe": _probe(pod_contract.READINESS_PATH, 5, 2),
         "lifecycle": {"preStop": {"exec": {"command": list(pod_contract.DRAIN_COMMAND)}}},
         "securityContext": {
+            "runAsNonRoot": True,
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
             "capabilities": {"drop": ["ALL"]},
@@ -228,6 +229,8 @@ def pod_template(
             "runAsUser": 10001,
             "runAsGroup": 10001,
             "fsGroup": 10001,
+            # Pod Security "restricted": the runtime's default seccomp profile.
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumes": [{"name": "config", "configMap": {"name": names.config_map}}],
     }

@@ -64,6 +64,21 @@ def test_a_minimal_spec_is_accepted_with_the_schema_defaults(
         ({"updateStrategy": {"minReadySeconds": 900, "stuckPodTimeoutSeconds": 60}}, "longer than"),
         ({"image": "has space"}, "spec.image"),
         ({"imagePullPolicy": "Sometimes"}, "Unsupported value"),
+        ({"resources": {"requests": {"cpu": "lots"}}}, "spec.resources.requests.cpu"),
+        ({"resources": {"limits": {"memory": "-1Gi"}}}, "spec.resources.limits.memory"),
+        ({"resources": {"limits": {"cpu": -2}}}, "quantities must not be negative"),
+        (
+            {"config": {"listeners": [{"name": "mqtt", "protocol": "tcp", "port": 1999}]}},
+            "tcp listener on listeners.mqtt.port",
+        ),
+        (
+            {
+                "listeners": {"tls": {"enabled": True, "secretName": "tls"}},
+                "config": {"listeners": [{"protocol": "tcp", "port": 1884}]},
+            },
+            "tls listener on listeners.tls.port",
+        ),
+        ({"config": {"listeners": [{"port": "1884"}]}}, "spec.config.listeners[0].port"),
     ],
     ids=[
         "negative-replicas",
@@ -78,6 +93,12 @@ def test_a_minimal_spec_is_accepted_with_the_schema_defaults(
         "stuck-timeout-shorter-than-min-ready",
         "image-with-space",
         "unknown-pull-policy",
+        "cpu-not-a-quantity",
+        "negative-memory",
+        "negative-cpu",
+        "config-listener-not-on-the-service-port",
+        "tls-without-a-tls-listener",
+        "listener-port-not-an-integer",
     ],
 )
 def test_nonsense_is_refused_by_the_api_server(
@@ -92,6 +113,27 @@ def test_nonsense_is_refused_by_the_api_server(
     with pytest.raises(KubectlError) as refused:
         _dry_run(crd, body)
     assert message in refused.value.stderr
+
+
+def test_quantities_and_listeners_matching_spec_listeners_are_accepted(
+    crd: ControlPlane, k8s_namespace: str
+) -> None:
+    body = cluster_manifest(
+        "ok",
+        k8s_namespace,
+        resources={"requests": {"cpu": "1500m", "memory": "16Gi"}, "limits": {"cpu": 2}},
+        listeners={"mqtt": {"port": 1999}, "tls": {"enabled": True, "secretName": "tls"}},
+        config={
+            "listeners": [
+                {"name": "mqtt", "port": 1999},  # protocol defaults to tcp
+                {"name": "mqtts", "protocol": "tls", "port": 8883, "tls": {"cert_file": "c"}},
+                {"name": "ws", "protocol": "ws", "port": 8080},
+            ]
+        },
+    )
+    spec = json.loads(_dry_run(crd, body).stdout)["spec"]
+    assert spec["config"]["listeners"][1]["tls"] == {"cert_file": "c"}  # unknown fields kept
+    assert spec["resources"]["requests"]["cpu"] == "1500m"
 
 
 def test_short_name_and_printer_columns(crd: ControlPlane, k8s_namespace: str) -> None:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -75,6 +79,53 @@ def running_operator(kubeconfig: Path, namespaces: tuple[str, ...] = ()) -> Iter
             os.environ.pop("KUBECONFIG", None)
         else:
             os.environ["KUBECONFIG"] = previous
+
+
+class OperatorProcess:
+    """The ``xmq-operator`` console script as a real process (its log in ``log_path``)."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, *args: str) -> None:
+        self.port = free_port()
+        self.log_path = log_path
+        self._log = log_path.open("w")
+        script = Path(sys.executable).with_name("xmq-operator")
+        self.proc = subprocess.Popen(
+            [str(script), f"--liveness=http://127.0.0.1:{self.port}/healthz", *args],
+            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def get(self, path: str) -> tuple[int, str]:
+        """(status, body) of ``path`` on the operator's endpoint; (0, "") when unreachable."""
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited:\n{self.log_path.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as r:
+                return int(r.status), r.read().decode()
+        except urllib.error.HTTPError as exc:
+            exc.close()
+            return exc.code, ""
+        except OSError:
+            return 0, ""
+
+    def metric(self, sample: str) -> float | None:
+        """The value of the exposition line starting with ``sample`` (name and labels)."""
+        for line in self.get("/metrics")[1].splitlines():
+            if line.startswith(sample + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return None
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self._log.close()
 
 
 def secret_manifest(name: str, namespace: str, data: dict[str, str]) -> dict[str, Any]:

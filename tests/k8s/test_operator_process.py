@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import urllib.request
 from pathlib import Path
 
 from scripts.k8s.cluster import ControlPlane
-from tests.k8s.test_operator_harness import free_port, wait_for
+from tests.k8s.test_operator_harness import OperatorProcess, wait_for
 
 CRD = Path(__file__).resolve().parents[2] / "crds" / "xmqcluster.yaml"
 
@@ -19,31 +14,10 @@ def test_the_console_script_serves_liveness_and_stops_on_sigterm(
     k8s_cluster: ControlPlane, tmp_path: Path
 ) -> None:
     k8s_cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", CRD)
-    port = free_port()
-    script = Path(sys.executable).with_name("xmq-operator")
-    log = (tmp_path / "operator.log").open("w")
-    proc = subprocess.Popen(
-        [str(script), f"--liveness=http://127.0.0.1:{port}/healthz"],
-        env={**os.environ, "KUBECONFIG": str(k8s_cluster.kubeconfig)},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    operator = OperatorProcess(k8s_cluster.kubeconfig, tmp_path / "operator.log")
     try:
-
-        def healthy() -> bool:
-            if proc.poll() is not None:
-                raise AssertionError((tmp_path / "operator.log").read_text()[-3000:])
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
-                    return bool(r.status == 200)
-            except OSError:
-                return False
-
-        wait_for(healthy, 60, "xmq-operator's liveness endpoint")
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=30) == 0
+        wait_for(lambda: operator.get("/healthz")[0] == 200, 60, "xmq-operator's liveness")
+        assert operator.metric("xmq_operator_leader") == 1  # no election: it acts alone
+        assert operator.stop() == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        log.close()
+        operator.stop()

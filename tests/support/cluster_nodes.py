@@ -26,7 +26,13 @@ def clear_dead_lease(redis_server: RedisServer, cluster: str, node_id: str) -> N
         client.close()
 
 
-def node_yaml(redis_url: str, cluster: str, lease_ttl_s: float, max_queued_writes: int) -> str:
+def node_yaml(
+    redis_url: str, cluster: str, lease_ttl_s: float, max_queued_writes: int, metrics: bool = False
+) -> str:
+    """A node's config; ``metrics``: serve /metrics on a free loopback port (``ports``)."""
+    endpoint = (
+        "  enabled: true\n  host: 127.0.0.1\n  port: 0\n" if metrics else "  enabled: false\n"
+    )
     return (
         "cluster:\n"
         f"  redis_url: {redis_url}\n"
@@ -37,7 +43,7 @@ def node_yaml(redis_url: str, cluster: str, lease_ttl_s: float, max_queued_write
         "persistence:\n"
         f"  max_queued_writes: {max_queued_writes}\n"
         "metrics:\n"
-        "  enabled: false\n"
+        f"{endpoint}"
         "log:\n"
         "  level: WARNING\n"
     )
@@ -52,8 +58,10 @@ class ClusterNodes:
         cluster: str,
         lease_ttl_s: float = LEASE_TTL_S,
         max_queued_writes: int = 0,
+        metrics: bool = False,
     ) -> None:
         self.redis = redis
+        self.metrics = metrics
         self.cluster = cluster
         self.lease_ttl_s = lease_ttl_s
         self.max_queued_writes = max_queued_writes
@@ -61,7 +69,9 @@ class ClusterNodes:
         self._all: list[BrokerProcess] = []
 
     def start(self, index: int) -> BrokerProcess:
-        yaml = node_yaml(self.redis.url, self.cluster, self.lease_ttl_s, self.max_queued_writes)
+        yaml = node_yaml(
+            self.redis.url, self.cluster, self.lease_ttl_s, self.max_queued_writes, self.metrics
+        )
         process = BrokerProcess(yaml, env={"XMQ_NODE_ID": f"node-{index}"})
         self.nodes[index] = process
         self._all.append(process)

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import time
+from collections.abc import Callable
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -33,6 +34,7 @@ from xmq.contract.session_scripts import (
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.held_acks import AckGate
+from xmq.observability.broker_metrics import LabelledSource
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_session_store import RedisSessionStore
 from xmq.store.resp_connection import RedisReplyError
@@ -242,6 +244,42 @@ class ClusterRuntime:
             if gone or not await self.hub.reachable(pending.address):
                 pending.adopt_into(self.hub.table)
                 del self.pending_orphans[key]
+
+    def metric_sources(self) -> list[LabelledSource]:
+        """This node's cluster state for ``/metrics`` (one sample, labelled with its id)."""
+        node = self.identity.node_id
+
+        def read(value: Callable[[Membership], float]) -> Callable[[], dict[str, float]]:
+            return lambda: {} if self.membership is None else {node: value(self.membership)}
+
+        return [
+            LabelledSource(
+                "xmq_cluster_lease_held",
+                "1 while this node holds its lease in Redis (a cluster member), else 0.",
+                "node",
+                lambda: {node: 1 if self.identity.online else 0},
+            ),
+            LabelledSource(
+                "xmq_cluster_lease_losses",
+                "Times this node lost its lease and went offline.",
+                "node",
+                read(lambda m: m.lease_losses),
+                kind="counter",
+            ),
+            LabelledSource(
+                "xmq_cluster_redis_errors",
+                "Lease renewals or joins that failed on Redis (error or timeout).",
+                "node",
+                read(lambda m: m.redis_errors),
+                kind="counter",
+            ),
+            LabelledSource(
+                "xmq_cluster_members",
+                "Cluster members holding a live lease, as this node last read them.",
+                "node",
+                read(lambda m: len(m.peers)),
+            ),
+        ]
 
     def _offline(self) -> None:
         log.error("node %s offline", self.identity.node_id)

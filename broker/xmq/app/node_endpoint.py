@@ -67,7 +67,7 @@ class NodeEndpoint:
         self.config = config
         self.loop_lag = LoopLagMonitor()
         self.readiness = ReadinessChecks()
-        sources = [
+        self.sources = sources = [
             LabelledSource(
                 "xmq_listener_connections",
                 "Open network connections per listener.",

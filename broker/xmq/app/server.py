@@ -128,6 +128,7 @@ class BrokerNode:
             )
         if self.cluster is not None:
             cluster = self.cluster
+            self.endpoint.sources.extend(cluster.metric_sources())
             self.endpoint.readiness.add(
                 "cluster",
                 cluster_member_check(lambda: cluster.identity.online, cluster.lease_client.ping),

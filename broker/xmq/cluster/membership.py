@@ -51,6 +51,8 @@ class Membership:
         self.last_renewed = 0.0
         self.peers: dict[str, NodeLease] = {}
         self.refreshes = 0  # how many times ``peers`` was read from Redis
+        self.lease_losses = 0  # times this node went offline (its lease lost)
+        self.redis_errors = 0  # lease rounds that failed on Redis (error or timeout)
         self._task: asyncio.Task[None] | None = None
 
     def _lease(self) -> str:
@@ -93,6 +95,7 @@ class Membership:
                     self.on_online()
                 await self._refresh_peers(interval)
             except (RedisError, OSError, TimeoutError) as error:
+                self.redis_errors += 1
                 if identity.online and loop.time() - self.last_renewed >= self.ttl_s * 0.9:
                     log.error("lease not renewed for %.1fs (%s): going offline", self.ttl_s, error)
                     self._go_offline()
@@ -112,6 +115,7 @@ class Membership:
     def _go_offline(self) -> None:
         if self.identity.online:
             self.identity.online = False
+            self.lease_losses += 1
             self.on_offline()
 
     async def _refresh_peers(self, interval: float) -> None:

@@ -171,6 +171,12 @@ class BrokerCollector(Collector):
             "(limits.memory_budget_bytes).",
             stats.queued_bytes,
         )
+        yield _gauge(
+            "xmq_memory_budget_bytes",
+            "Budget of queued message memory (limits.memory_budget_bytes): a delivery that "
+            "would go past it is dropped and counted.",
+            broker.settings.queues.budget_bytes,
+        )
         queued = inflight = 0
         for session in broker.sessions.values():
             queued += len(session.queue)

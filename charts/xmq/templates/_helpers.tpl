@@ -54,3 +54,36 @@ app.kubernetes.io/component: operator
 {{- define "xmq.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{/* Name of the release's cluster-scoped objects (ClusterRole, ClusterRoleBinding): unique per
+release, since two releases in two namespaces may share a release name. */}}
+{{- define "xmq.clusterScopedName" -}}
+{{- printf "%s-%s" .Release.Namespace (include "xmq.fullname" .) | trunc 253 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Pod and container security contexts meeting Pod Security "restricted". */}}
+{{- define "xmq.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "xmq.containerSecurityContext" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: [ALL]
+{{- end -}}
+
+{{/* The oldest Kubernetes the chart supports is told by the APIs the target serves, not by
+.Capabilities.KubeVersion: `helm template` without --kube-version renders against helm's
+compiled-in default version, which for a helm built without the release ldflags is v1.20.
+flowcontrol.apiserver.k8s.io/v1 is served from 1.29, where the CRD's CEL rules are GA. */}}
+{{- define "xmq.checkKubernetes" -}}
+{{- if not (.Capabilities.APIVersions.Has "flowcontrol.apiserver.k8s.io/v1") -}}
+{{- fail "the xmq chart needs Kubernetes >= 1.29 (the XmqCluster CRD's CEL validation rules)" -}}
+{{- end -}}
+{{- end -}}

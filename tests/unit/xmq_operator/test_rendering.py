@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support.pod_security import restricted_violations
 from tests.unit.xmq_operator.cluster_bodies import cluster_body
 from xmq.contract import pod as pod_contract
 from xmq_operator.broker_config import InvalidBrokerConfigError
@@ -351,3 +352,12 @@ def test_an_invalid_resource_quantity_is_an_invalid_spec(quantity: object) -> No
 @pytest.mark.parametrize("quantity", ["500m", "2", 2, "1.5Gi", "512Mi", "1e3", "0.5", "100k"])
 def test_valid_resource_quantities_are_accepted(quantity: object) -> None:
     parse_spec(cluster_body({"resources": {"limits": {"cpu": quantity, "memory": quantity}}}))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [{}, {"workers": 3, "listeners": {"tls": {"enabled": True, "secretName": "tls"}}}],
+    ids=["default", "tls-workers"],
+)
+def test_broker_pods_meet_pod_security_restricted(spec: dict[str, Any]) -> None:
+    assert restricted_violations(_pod_spec(_render(spec))) == []
