@@ -36,6 +36,7 @@ def _subscribed(raw: RawClient, topic_filter: str, qos: int) -> None:
     assert isinstance(ack, Suback) and ack.reason_codes == [qos]
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-14", "5:MQTT-4.7.3-1")
 @pytest.mark.parametrize("response_topic", ["reply/+", "reply/#", "#", "a/+/b", ""])
 def test_response_topic_with_wildcards_is_a_protocol_error(
     broker: BrokerProcess, uid: str, response_topic: str
@@ -47,6 +48,20 @@ def test_response_topic_with_wildcards_is_a_protocol_error(
     assert disconnect_reason_for(broker.port, uid, publish) == 0x82
 
 
+@pytest.mark.spec(
+    "5:MQTT-3.3.1-2",
+    "5:MQTT-3.3.2-1",
+    "5:MQTT-1.5.4-1",
+    "5:MQTT-1.5.4-2",
+    "5:MQTT-2.2.1-3",
+    "5:MQTT-3.3.2-13",
+    "5:MQTT-3.8.1-1",
+    "5:MQTT-3.8.3-1",
+    "5:MQTT-3.8.3-2",
+    "5:MQTT-3.8.3-5",
+    "5:MQTT-3.10.1-1",
+    "5:MQTT-3.10.3-2",
+)
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
@@ -102,6 +117,7 @@ def test_publish_and_subscribe_rules(
     assert disconnect_reason_for(broker.port, uid, data) == reason
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-15", "5:MQTT-3.3.2-16")
 def test_response_topic_and_correlation_data_are_forwarded(broker: BrokerProcess, uid: str) -> None:
     """[MQTT-3.3.2-15] [MQTT-3.3.2-16] forwarded unaltered to the subscribers."""
     sub = connected(broker.port, f"{uid}-s")
@@ -191,6 +207,7 @@ def test_slow_subscriber_with_a_full_queue(start_broker: StartBroker, uid: str) 
             raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-6")
 def test_forwarded_message_expiry_never_exceeds_the_sent_one(
     broker: BrokerProcess, uid: str
 ) -> None:
