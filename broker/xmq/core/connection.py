@@ -137,7 +137,9 @@ class ClientConnection:
     def protocol_error(self, error: ProtocolError) -> None:
         """The decoder refused the input: answer with the error's reason code and close."""
         if isinstance(error, UnsupportedProtocolVersion):
-            self.version = 4  # an unknown level is answered in the 3.1.1 format (code 0x01)
+            # Level 5 under a wrong protocol name is an MQTT 5 client: 0x84 in its own format
+            # (MQTT-3.1.2-1); any other unknown level gets the 3.1.1 format (code 0x01).
+            self.version = 5 if error.protocol_version == 5 else 4
             refuse_connect(self, ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, str(error))
         elif self.state == AWAIT_CONNECT:
             # A CONNECT that failed after its protocol level was read is answered in that

@@ -11,16 +11,13 @@ import pytest
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.http_probe import metric, wait_port
-from tests.support.raw_client import RawClient, connected, disconnect_reason_for
+from tests.support.raw_client import RawClient, connected, disconnect_reason_for, subscribed
 from xmq.codec.packets import (
     MQTT_5,
     Disconnect,
     Puback,
     Publish,
     Pubrec,
-    Suback,
-    Subscribe,
-    SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode
@@ -28,12 +25,6 @@ from xmq.codec.writer import encode
 pytestmark = pytest.mark.integration
 
 StartBroker = Callable[..., BrokerProcess]
-
-
-def _subscribed(raw: RawClient, topic_filter: str, qos: int) -> None:
-    raw.send_packet(Subscribe(1, [SubscriptionRequest(topic_filter, qos)]))
-    ack = raw.read_packet()
-    assert isinstance(ack, Suback) and ack.reason_codes == [qos]
 
 
 @pytest.mark.spec("5:MQTT-3.3.2-14", "5:MQTT-4.7.3-1")
@@ -123,7 +114,7 @@ def test_response_topic_and_correlation_data_are_forwarded(broker: BrokerProcess
     sub = connected(broker.port, f"{uid}-s")
     pub = connected(broker.port, f"{uid}-p")
     try:
-        _subscribed(sub, f"{uid}/req", 1)
+        subscribed(sub, f"{uid}/req", 1)
         props = Properties(response_topic=f"{uid}/reply/1", correlation_data=b"\x00corr")
         pub.send_packet(Publish(f"{uid}/req", b"x", qos=1, packet_id=3, properties=props))
         ack = pub.read_packet()
@@ -159,7 +150,7 @@ def test_full_queue_of_an_offline_subscriber_is_quota_exceeded(
         f"{uid}-off", clean_start=True, properties=Properties(session_expiry_interval=300)
     )
     assert ack.reason_code == 0
-    _subscribed(offline, f"{uid}/t", 2)
+    subscribed(offline, f"{uid}/t", 2)
     offline.send_packet(Disconnect(0))
     offline.close()
     pub = connected(broker.port, f"{uid}-p")
@@ -186,7 +177,7 @@ def test_slow_subscriber_with_a_full_queue(start_broker: StartBroker, uid: str) 
     pub = connected(broker.port, f"{uid}-p")
     v311 = connected(broker.port, f"{uid}-p4", version=4)
     try:
-        _subscribed(slow, f"{uid}/t", 1)
+        subscribed(slow, f"{uid}/t", 1)
         for n in (1, 2, 3):
             pub.send_packet(Publish(f"{uid}/t", b"%d" % n, qos=1, packet_id=n))
             ack = pub.read_packet()
@@ -197,7 +188,7 @@ def test_slow_subscriber_with_a_full_queue(start_broker: StartBroker, uid: str) 
         assert isinstance(ack, Puback) and ack.packet_id == 9  # 3.1.1: no reason code to give
         assert _dropped(broker, "queue_full") == 2
         # one matching subscriber that takes it: success, though the slow one drops it
-        _subscribed(fast, f"{uid}/t", 1)
+        subscribed(fast, f"{uid}/t", 1)
         pub.send_packet(Publish(f"{uid}/t", b"5", qos=1, packet_id=5))
         ack = pub.read_packet()
         assert isinstance(ack, Puback) and ack.reason_code == 0
@@ -216,7 +207,7 @@ def test_forwarded_message_expiry_never_exceeds_the_sent_one(
     sub = connected(broker.port, f"{uid}-s")
     pub = connected(broker.port, f"{uid}-p")
     try:
-        _subscribed(sub, f"{uid}/#", 0)
+        subscribed(sub, f"{uid}/#", 0)
         sent = {f"{uid}/a": 3600, f"{uid}/b": 60}
         for n in range(300):
             topic = f"{uid}/a" if n % 2 else f"{uid}/b"
