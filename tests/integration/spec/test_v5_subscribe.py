@@ -46,6 +46,7 @@ def _unsuback(raw: RawClient, packet_id: int, *filters: str) -> list[int]:
     "5:MQTT-3.2.2-10",
     "5:MQTT-4.7.1-2",
     "5:MQTT-4.8.2-2",
+    "5:MQTT-4.7.3-1",
 )
 def test_one_reason_code_per_filter_in_order(broker: BrokerProcess, uid: str) -> None:
     raw = connected(broker.port, uid)
@@ -59,8 +60,9 @@ def test_one_reason_code_per_filter_in_order(broker: BrokerProcess, uid: str) ->
             SubscriptionRequest("$share/a+b/x", 1),  # ShareName with '+'
             SubscriptionRequest(f"{uid}/one/+", 1),
             SubscriptionRequest("$share/g", 1),  # no "/" and filter after the ShareName
+            SubscriptionRequest("", 1),  # empty
         )
-        assert codes == [2, 0x8F, 0, 0x8F, 1, 0x8F]
+        assert codes == [2, 0x8F, 0, 0x8F, 1, 0x8F, 0x8F]
     finally:
         raw.close()
 
