@@ -221,7 +221,12 @@ class ClientConnection:
             if server_reference:
                 props = props or Properties()
                 props.server_reference = server_reference
-            self.link.write(encode(Disconnect(reason_code, props), MQTT_5))
+            data = encode(Disconnect(reason_code, props), MQTT_5)
+            if len(data) > self.max_packet_size and props is not None and props.reason_string:
+                # no Reason String beyond the client's Maximum Packet Size (MQTT-3.14.2-3)
+                props.reason_string = None
+                data = encode(Disconnect(reason_code, props), MQTT_5)
+            self.link.write(data)
         self._detach(publish_will=True)
         self.link.close()
 

@@ -56,7 +56,7 @@ def _publishes(raw: RawClient, wait: float) -> list[Publish]:
         got.append(packet)
 
 
-@pytest.mark.spec("5:MQTT-3.3.4-9", "5:MQTT-4.9.0-2", "5:MQTT-2.2.1-4")
+@pytest.mark.spec("5:MQTT-3.3.4-9", "5:MQTT-4.9.0-2", "5:MQTT-2.2.1-4", "5:MQTT-4.3.2-1")
 def test_client_receive_maximum_is_honoured(broker: BrokerProcess, uid: str) -> None:
     sub, _ = _client(broker.port, f"{uid}-s", receive_maximum=2)
     pub, _ = _client(broker.port, f"{uid}-p")

@@ -139,6 +139,7 @@ def _dropped(broker: BrokerProcess, reason: str) -> float:
     )
 
 
+@pytest.mark.spec("5:MQTT-4.3.3-9")
 def test_full_queue_of_an_offline_subscriber_is_quota_exceeded(
     start_broker: StartBroker, uid: str
 ) -> None:

@@ -11,7 +11,14 @@ from tests.support.broker_process import BrokerProcess
 from tests.support.paho_client import V5, V311, PahoClient, props
 
 
-@pytest.mark.spec("5:MQTT-4.5.0-1", "3:MQTT-4.5.0-1", "5:MQTT-4.6.0-6", "3:MQTT-4.6.0-6")
+@pytest.mark.spec(
+    "5:MQTT-4.5.0-1",
+    "3:MQTT-4.5.0-1",
+    "5:MQTT-4.6.0-6",
+    "3:MQTT-4.6.0-6",
+    "5:MQTT-4.6.0-5",
+    "3:MQTT-4.6.0-5",
+)
 @pytest.mark.parametrize("version", [V5, V311], ids=["mqtt5", "mqtt311"])
 @pytest.mark.parametrize("qos", [0, 1, 2], ids=["qos0", "qos1", "qos2"])
 def test_roundtrip_each_qos(

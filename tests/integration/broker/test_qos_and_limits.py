@@ -60,7 +60,7 @@ def test_inbound_qos2_duplicate_is_delivered_once(broker: BrokerProcess, uid: st
         sub.close()
 
 
-@pytest.mark.spec("5:MQTT-4.4.0-1", "5:MQTT-4.3.3-6")
+@pytest.mark.spec("5:MQTT-4.4.0-1", "5:MQTT-4.3.3-6", "5:MQTT-4.3.3-5")
 def test_outbound_qos2_pubrel_resent_after_reconnect(broker: BrokerProcess, uid: str) -> None:
     sub = _connect(broker.port, f"{uid}-s", expiry=60)
     sub.send_packet(Subscribe(1, [SubscriptionRequest(f"{uid}/t", 2)]))

@@ -16,7 +16,14 @@ def _expiry(seconds: int) -> object:
     return props(PacketTypes.CONNECT, SessionExpiryInterval=seconds)
 
 
-@pytest.mark.spec("5:MQTT-3.1.2-5", "5:MQTT-3.1.2-23", "5:MQTT-3.2.2-3", "5:MQTT-4.6.0-6")
+@pytest.mark.spec(
+    "5:MQTT-3.1.2-5",
+    "5:MQTT-3.1.2-23",
+    "5:MQTT-3.2.2-3",
+    "5:MQTT-4.6.0-6",
+    "5:MQTT-3.1.3-2",
+    "5:MQTT-4.1.0-1",
+)
 def test_persistent_session_queues_while_offline(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
     sub.connect(clean_start=True, properties=_expiry(300))  # type: ignore[arg-type]
@@ -126,7 +133,7 @@ def test_assigned_client_identifier(broker: BrokerProcess) -> None:
         client.close()
 
 
-@pytest.mark.spec("3:MQTT-3.1.3-8", "3:MQTT-3.2.2-5")
+@pytest.mark.spec("3:MQTT-3.1.3-8", "3:MQTT-3.2.2-5", "3:MQTT-3.1.3-9", "3:MQTT-3.2.2-4")
 def test_mqtt311_empty_id_without_clean_session_is_refused(broker: BrokerProcess) -> None:
     raw = RawClient(broker.port, version=4)
     try:
@@ -219,7 +226,7 @@ def test_keep_alive_timeout_publishes_will(start_broker: object, uid: str) -> No
         watcher.close()
 
 
-@pytest.mark.spec("5:MQTT-4.4.0-1", "5:MQTT-3.3.1-1")
+@pytest.mark.spec("5:MQTT-4.4.0-1", "5:MQTT-3.3.1-1", "5:MQTT-4.3.2-3")
 def test_inflight_resent_with_dup_after_reconnect(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s", V5, auto_ack=False)
     sub.connect(properties=_expiry(60))  # type: ignore[arg-type]

@@ -72,7 +72,9 @@ def test_wrong_protocol_name_closes(broker: BrokerProcess, uid: str) -> None:
         raw.close()
 
 
-@pytest.mark.spec("3:MQTT-3.1.2-11", "3:MQTT-3.1.2-14", "3:MQTT-3.1.2-22", "3:MQTT-3.1.4-1")
+@pytest.mark.spec(
+    "3:MQTT-3.1.2-11", "3:MQTT-3.1.2-14", "3:MQTT-3.1.2-22", "3:MQTT-3.1.4-1", "3:MQTT-3.2.2-6"
+)
 @pytest.mark.parametrize(
     "flags",
     [0x02 | 0x08, 0x02 | 0x20, 0x02 | 0x04 | 0x18, 0x02 | 0x40],
@@ -170,6 +172,8 @@ def test_a_second_connection_with_the_same_id_closes_the_first(
     "3:MQTT-4.7.3-1",
     "3:MQTT-4.7.3-2",
     "3:MQTT-4.8.0-1",
+    "3:MQTT-3.3.1-2",
+    "3:MQTT-3.10.3-1",
 )
 @pytest.mark.parametrize(
     "data",
@@ -190,6 +194,8 @@ def test_a_second_connection_with_the_same_id_closes_the_first(
         b"\xa0\x05\x00\x01\x00\x01t",  # UNSUBSCRIBE flags 0000
         b"\xa2\x02\x00\x01",  # UNSUBSCRIBE without a filter
         b"\xe1\x00",  # DISCONNECT flags
+        b"\x38\x04\x00\x01tx",  # DUP on QoS 0
+        b"\xa2\x05\x00\x01\x00\x01\xff",  # UNSUBSCRIBE filter not UTF-8
     ],
     ids=[
         "topic-not-utf8",
@@ -208,6 +214,8 @@ def test_a_second_connection_with_the_same_id_closes_the_first(
         "unsubscribe-flags",
         "unsubscribe-empty",
         "disconnect-flags",
+        "dup-on-qos0",
+        "unsubscribe-not-utf8",
     ],
 )
 def test_violations_close_the_connection(broker: BrokerProcess, uid: str, data: bytes) -> None:
@@ -225,6 +233,8 @@ def test_violations_close_the_connection(broker: BrokerProcess, uid: str, data: 
     "3:MQTT-4.3.2-2",
     "3:MQTT-4.3.3-2",
     "3:MQTT-3.12.4-1",
+    "3:MQTT-2.3.1-5",
+    "3:MQTT-4.3.1-1",
 )
 def test_publish_flows_and_duplicates(broker: BrokerProcess, uid: str) -> None:
     sub = _v311(broker, f"{uid}-s")
@@ -248,8 +258,9 @@ def test_publish_flows_and_duplicates(broker: BrokerProcess, uid: str) -> None:
         assert isinstance(comp, Pubcomp) and comp.packet_id == 0x0202
         pub.send_packet(Pingreq())
         assert isinstance(pub.read_packet(), Pingresp)
-        payloads = [getattr(sub.read_packet(), "payload", None) for _ in range(4)]
-        assert payloads == [b"0", b"1", b"1b", b"2"]  # the QoS 2 one once
+        delivered = [_publish_of(sub) for _ in range(4)]
+        assert [p.payload for p in delivered] == [b"0", b"1", b"1b", b"2"]  # the QoS 2 one once
+        assert {(p.qos, p.dup, p.packet_id) for p in delivered} == {(0, False, 0)}
         assert sub.read_nothing(0.2)
     finally:
         sub.close()
@@ -257,7 +268,12 @@ def test_publish_flows_and_duplicates(broker: BrokerProcess, uid: str) -> None:
 
 
 @pytest.mark.spec(
-    "3:MQTT-3.3.1-3", "3:MQTT-3.3.5-1", "3:MQTT-3.8.4-6", "3:MQTT-2.3.1-4", "3:MQTT-3.3.2-3"
+    "3:MQTT-3.3.1-3",
+    "3:MQTT-3.3.5-1",
+    "3:MQTT-3.8.4-6",
+    "3:MQTT-2.3.1-4",
+    "3:MQTT-3.3.2-3",
+    "3:MQTT-4.3.2-1",
 )
 def test_delivery_qos_dup_and_packet_ids(broker: BrokerProcess, uid: str) -> None:
     sub = _v311(broker, f"{uid}-s")
@@ -431,7 +447,15 @@ def test_keep_alive_of_one_and_a_half_periods(broker: BrokerProcess, uid: str) -
         raw.close()
 
 
-@pytest.mark.spec("3:MQTT-3.1.2-4", "3:MQTT-3.1.2-5", "3:MQTT-4.4.0-1", "3:MQTT-3.3.1-1")
+@pytest.mark.spec(
+    "3:MQTT-3.1.2-4",
+    "3:MQTT-3.1.2-5",
+    "3:MQTT-4.4.0-1",
+    "3:MQTT-3.3.1-1",
+    "3:MQTT-3.1.3-2",
+    "3:MQTT-4.1.0-1",
+    "3:MQTT-4.1.0-2",
+)
 def test_unacknowledged_messages_are_resent_on_resume(broker: BrokerProcess, uid: str) -> None:
     sub = RawClient(broker.port, version=V311)
     ack = sub.connect(f"{uid}-s", clean_start=False)
@@ -467,4 +491,44 @@ def test_unacknowledged_messages_are_resent_on_resume(broker: BrokerProcess, uid
             cleanup.connect(f"{uid}-s", clean_start=True)
             cleanup.close()
     finally:
+        pub.close()
+
+
+@pytest.mark.spec("3:MQTT-3.1.4-5", "3:MQTT-3.2.2-4", "3:MQTT-3.2.2-5")
+def test_nothing_after_a_refused_connect_is_processed(broker: BrokerProcess, uid: str) -> None:
+    watcher = _v311(broker, f"{uid}-w")
+    try:
+        subscribed(watcher, f"{uid}/t", 0)
+        refused = RawClient(broker.port, version=V311)
+        try:
+            body = _string("MQTT") + bytes([9, 0x02]) + b"\x00\x3c" + _string(f"{uid}-x")
+            publish = b"\x30" + bytes([len(uid) + 2 + 2 + 8]) + _string(f"{uid}/t") + b"smuggled"
+            refused.send(bytes([0x10, len(body)]) + body + publish)
+            refused.sock.settimeout(10)
+            received = b""
+            while chunk := refused.sock.recv(64):
+                received += chunk
+            assert received == b"\x20\x02\x00\x01"  # Session Present 0, then closed
+        finally:
+            refused.close()
+        assert watcher.read_nothing(0.5)
+    finally:
+        watcher.close()
+
+
+@pytest.mark.spec("3:MQTT-3.3.5-2")
+def test_a_publish_that_is_not_allowed_is_acknowledged_and_dropped(
+    broker: BrokerProcess, uid: str
+) -> None:
+    """Our choice: acknowledge it as usual (3.1.1 has no code to refuse it) and drop it."""
+    watcher = _v311(broker, f"{uid}-w")
+    pub = _v311(broker, f"{uid}-p")
+    try:
+        subscribed(watcher, "$SYS/forged/#", 0)
+        pub.send_packet(Publish("$SYS/forged/x", b"x", qos=1, packet_id=3))
+        ack = pub.read_packet()
+        assert isinstance(ack, Puback) and ack.packet_id == 3
+        assert watcher.read_nothing(0.3)
+    finally:
+        watcher.close()
         pub.close()

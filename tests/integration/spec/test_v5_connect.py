@@ -139,7 +139,14 @@ def test_clean_start_0_without_a_session_creates_one(broker: BrokerProcess, uid:
         again.close()
 
 
-@pytest.mark.spec("5:MQTT-3.1.0-2", "5:MQTT-3.2.0-2", "5:MQTT-3.14.2-2", "5:MQTT-3.14.4-2")
+@pytest.mark.spec(
+    "5:MQTT-3.1.0-2",
+    "5:MQTT-3.2.0-2",
+    "5:MQTT-3.14.2-2",
+    "5:MQTT-3.14.4-2",
+    "5:MQTT-3.14.4-1",
+    "5:MQTT-4.13.2-1",
+)
 def test_second_connect_gets_no_second_connack(broker: BrokerProcess, uid: str) -> None:
     raw = connected(broker.port, uid)
     try:

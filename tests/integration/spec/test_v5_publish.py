@@ -7,7 +7,13 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.raw_client import RawClient, closing_reason, connected, subscribed
+from tests.support.raw_client import (
+    RawClient,
+    closing_reason,
+    connected,
+    disconnect_reason_for,
+    subscribed,
+)
 from xmq.codec.packets import (
     Disconnect,
     Pingreq,
@@ -86,7 +92,12 @@ def test_packet_ids_are_new_messages_once_acknowledged(broker: BrokerProcess, ui
 
 
 @pytest.mark.spec(
-    "5:MQTT-3.3.1-3", "5:MQTT-4.3.1-1", "5:MQTT-4.3.2-2", "5:MQTT-4.3.3-2", "5:MQTT-3.3.2-3"
+    "5:MQTT-3.3.1-3",
+    "5:MQTT-4.3.1-1",
+    "5:MQTT-4.3.2-2",
+    "5:MQTT-4.3.3-2",
+    "5:MQTT-3.3.2-3",
+    "5:MQTT-2.2.1-2",
 )
 def test_outgoing_dup_is_not_copied_from_the_incoming_publish(
     broker: BrokerProcess, uid: str
@@ -256,3 +267,34 @@ def test_other_packets_flow_while_the_send_quota_is_zero(broker: BrokerProcess, 
     finally:
         sub.close()
         pub.close()
+
+
+@pytest.mark.spec(
+    "5:MQTT-2.1.3-1",
+    "5:MQTT-3.6.1-1",
+    "5:MQTT-3.3.2-19",
+    "5:MQTT-1.5.7-1",
+    "5:MQTT-3.10.3-1",
+    "5:MQTT-4.7.3-2",
+)
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"\x41\x02\x00\x01",  # PUBACK with a reserved flag set
+        b"\x60\x02\x00\x01",  # PUBREL flags 0000
+        b"\x30\x09\x00\x01t\x04\x03\x00\x01\xffx",  # Content Type not UTF-8
+        b"\x30\x0c\x00\x01t\x07\x26\x00\x01a\x00\x01\xffx",  # User Property value
+        b"\xa2\x06\x00\x01\x00\x00\x01\xff",  # UNSUBSCRIBE filter not UTF-8
+        b"\x82\x08\x00\x01\x00\x00\x02a\x00\x00",  # U+0000 in a topic filter
+    ],
+    ids=[
+        "puback-flags",
+        "pubrel-flags",
+        "content-type-not-utf8",
+        "user-property-not-utf8",
+        "unsubscribe-not-utf8",
+        "filter-nul",
+    ],
+)
+def test_malformed_fields_close_with_0x81(broker: BrokerProcess, uid: str, data: bytes) -> None:
+    assert disconnect_reason_for(broker.port, uid, data) == 0x81
