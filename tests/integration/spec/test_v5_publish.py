@@ -276,6 +276,7 @@ def test_other_packets_flow_while_the_send_quota_is_zero(broker: BrokerProcess, 
     "5:MQTT-1.5.7-1",
     "5:MQTT-3.10.3-1",
     "5:MQTT-4.7.3-2",
+    "5:MQTT-1.5.5-1",
 )
 @pytest.mark.parametrize(
     "data",
@@ -286,6 +287,8 @@ def test_other_packets_flow_while_the_send_quota_is_zero(broker: BrokerProcess, 
         b"\x30\x0c\x00\x01t\x07\x26\x00\x01a\x00\x01\xffx",  # User Property value
         b"\xa2\x06\x00\x01\x00\x00\x01\xff",  # UNSUBSCRIBE filter not UTF-8
         b"\x82\x08\x00\x01\x00\x00\x02a\x00\x00",  # U+0000 in a topic filter
+        b"\xc0\x80\x00",  # remaining length 0 in two bytes
+        b"\x30\x85\x00\x00\x01tx",  # remaining length 5 in two bytes
     ],
     ids=[
         "puback-flags",
@@ -294,6 +297,8 @@ def test_other_packets_flow_while_the_send_quota_is_zero(broker: BrokerProcess, 
         "user-property-not-utf8",
         "unsubscribe-not-utf8",
         "filter-nul",
+        "overlong-length-0",
+        "overlong-length-5",
     ],
 )
 def test_malformed_fields_close_with_0x81(broker: BrokerProcess, uid: str, data: bytes) -> None:

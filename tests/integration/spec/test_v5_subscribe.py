@@ -202,3 +202,16 @@ def test_no_reason_strings_when_problem_information_is_refused(
             assert props is None or (props.reason_string is None and not props.user_properties)
     finally:
         raw.close()
+
+
+@pytest.mark.spec("5:MQTT-2.2.2-1")
+def test_no_properties_is_a_property_length_of_zero(broker: BrokerProcess, uid: str) -> None:
+    raw = connected(broker.port, uid)
+    try:
+        raw.send(b"\x82\x07\x12\x34\x00\x00\x01t\x01")  # SUBSCRIBE "t" QoS 1
+        raw.sock.settimeout(10)
+        assert raw.sock.recv(6) == b"\x90\x04\x12\x34\x00\x01"
+        raw.send(b"\xa2\x06\x43\x21\x00\x00\x01t")  # UNSUBSCRIBE "t"
+        assert raw.sock.recv(6) == b"\xb0\x04\x43\x21\x00\x00"
+    finally:
+        raw.close()
