@@ -532,3 +532,14 @@ def test_a_publish_that_is_not_allowed_is_acknowledged_and_dropped(
     finally:
         watcher.close()
         pub.close()
+
+
+@pytest.mark.spec("3:MQTT-4.7.1-1", "3:MQTT-4.7.3-1", "3:MQTT-3.1.4-1")
+@pytest.mark.parametrize("topic", ["w/+", "#", ""], ids=["plus", "hash", "empty"])
+def test_a_will_topic_with_wildcards_closes(broker: BrokerProcess, uid: str, topic: str) -> None:
+    raw = RawClient(broker.port, version=V311)
+    try:
+        raw.send_packet(Connect(protocol_version=V311, client_id=uid, will=Will(topic, b"x")))
+        assert _closed_silently(raw)
+    finally:
+        raw.close()

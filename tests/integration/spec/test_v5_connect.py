@@ -311,3 +311,27 @@ def test_will_retain_publishes_a_retained_will(broker: BrokerProcess, uid: str) 
             assert time.monotonic() < deadline, "the retained will never arrived"
     finally:
         late.close()
+
+
+@pytest.mark.spec("5:MQTT-4.7.0-1", "5:MQTT-4.7.3-1", "5:MQTT-3.3.2-2", "5:MQTT-3.2.2-7")
+@pytest.mark.parametrize("topic", ["w/+", "w/#", "+", ""], ids=["plus", "hash", "alone", "empty"])
+def test_a_will_topic_is_a_topic_name(broker: BrokerProcess, uid: str, topic: str) -> None:
+    """It used to be accepted with wildcards (and empty): now CONNACK 0x90 Topic Name invalid."""
+    packets = _refused(broker, encode(Connect(client_id=uid, will=Will(topic, b"x")), MQTT_5))
+    [ack] = packets
+    assert isinstance(ack, Connack) and ack.reason_code == 0x90
+
+
+@pytest.mark.spec("5:MQTT-3.1.3-4", "5:MQTT-3.1.3-11", "5:MQTT-3.1.3-12", "5:MQTT-1.5.4-1")
+@pytest.mark.parametrize(
+    ("flags", "payload"),
+    [
+        (0x02, b"\x00\x01\xff"),
+        (0x06, b"\x00\x01w\x00\x00\x01\xff\x00\x01x"),
+        (0x82, b"\x00\x01u\x00\x01\xff"),
+    ],
+    ids=["client-id", "will-topic", "user-name"],
+)
+def test_connect_strings_must_be_utf8(broker: BrokerProcess, flags: int, payload: bytes) -> None:
+    [ack] = _refused(broker, _connect_bytes(flags, payload))
+    assert isinstance(ack, Connack) and ack.reason_code == 0x81
