@@ -30,7 +30,7 @@ from xmq.codec.packets import (
     Unsubscribe,
 )
 from xmq.codec.properties import Properties
-from xmq.codec.reason_codes import ReasonCode
+from xmq.codec.reason_codes import DISCONNECT_REASONS, ReasonCode
 from xmq.codec.writer import encode
 from xmq.core.auth_ports import AllowAll, Authenticator, AuthExchange, Authorizer, ClientAcl
 from xmq.core.connection_states import AUTHENTICATING, AWAIT_CONNECT, CLOSED, CONNECTED
@@ -47,6 +47,13 @@ if TYPE_CHECKING:
     from xmq.core.broker import Broker
 
 log = logging.getLogger("xmq.connection")
+
+# CONNACK-only refusals said on a live connection (a failed re-authentication)
+_AS_DISCONNECT: dict[int, int] = {
+    ReasonCode.BAD_USER_NAME_OR_PASSWORD: ReasonCode.NOT_AUTHORIZED,
+    ReasonCode.BANNED: ReasonCode.NOT_AUTHORIZED,
+    ReasonCode.BAD_AUTHENTICATION_METHOD: ReasonCode.NOT_AUTHORIZED,
+}
 
 _PINGRESP = b"\xd0\x00"
 _ALLOW_ALL = AllowAll()
@@ -207,6 +214,10 @@ class ClientConnection:
         if self.state != CONNECTED:
             refuse_connect(self, reason_code, reason)
             return
+        if reason_code not in DISCONNECT_REASONS:
+            # a DISCONNECT carries DISCONNECT reason codes only (MQTT-3.14.2-1): a refusal
+            # that CONNACK alone can say (a failed re-authentication's 0x86, 0x8C) is 0x87
+            reason_code = _AS_DISCONNECT.get(reason_code, ReasonCode.UNSPECIFIED_ERROR)
         closed = self.broker.stats.disconnects_by_reason
         closed[reason_code] = closed.get(reason_code, 0) + 1
         if log.isEnabledFor(logging.INFO):
