@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -303,3 +304,30 @@ def test_other_packets_flow_while_the_send_quota_is_zero(broker: BrokerProcess, 
 )
 def test_malformed_fields_close_with_0x81(broker: BrokerProcess, uid: str, data: bytes) -> None:
     assert disconnect_reason_for(broker.port, uid, data) == 0x81
+
+
+@pytest.mark.spec("5:MQTT-4.3.3-7", "5:MQTT-4.3.3-13")
+def test_expiry_does_not_cut_a_qos2_exchange(broker: BrokerProcess, uid: str) -> None:
+    short = Properties(message_expiry_interval=1)
+    expiry = Properties(session_expiry_interval=60)
+    sub = RawClient(broker.port)
+    assert sub.connect(f"{uid}-s", clean_start=True, properties=expiry).reason_code == 0
+    subscribed(sub, f"{uid}/t", 2)
+    pub = connected(broker.port, f"{uid}-p")
+    try:
+        _publish(pub, f"{uid}/t", b"x", 2, packet_id=1, properties=short)
+        assert isinstance(pub.read_packet(), Pubrec)
+        sent = _received(sub)  # sent to the subscriber, then never acknowledged
+        sub.close()
+        time.sleep(1.5)  # both expired now
+        pub.send_packet(Pubrel(1))  # the inbound exchange goes on
+        comp = pub.read_packet()
+        assert isinstance(comp, Pubcomp) and comp.packet_id == 1
+        sub = RawClient(broker.port)
+        assert sub.connect(f"{uid}-s", clean_start=False, properties=expiry).session_present
+        again = _received(sub)  # already sent: no expiry applies
+        assert (again.packet_id, again.payload, again.dup) == (sent.packet_id, b"x", True)
+    finally:
+        sub.send_packet(Disconnect(0, Properties(session_expiry_interval=0)))
+        sub.close()
+        pub.close()

@@ -7,6 +7,7 @@ import pytest
 from tests.support.broker_process import BrokerProcess
 from tests.support.raw_client import RawClient, connected, subscribed
 from xmq.codec.packets import (
+    Disconnect,
     Puback,
     Publish,
     Suback,
@@ -215,3 +216,33 @@ def test_no_properties_is_a_property_length_of_zero(broker: BrokerProcess, uid: 
         assert raw.sock.recv(6) == b"\xb0\x04\x43\x21\x00\x00"
     finally:
         raw.close()
+
+
+@pytest.mark.spec("5:MQTT-4.8.2-4")
+@pytest.mark.xfail(
+    strict=True,
+    reason="violation: a shared delivery in flight when its member disconnects is not re-sent "
+    "to that member when it resumes its session (MQTT-4.8.2-4)",
+)
+def test_shared_delivery_in_flight_is_completed_on_reconnect(
+    broker: BrokerProcess, uid: str
+) -> None:
+    """A member with a session that outlives its connection gets its in-flight message again."""
+    expiry = Properties(session_expiry_interval=60)
+    one = RawClient(broker.port)
+    assert one.connect(f"{uid}-1", clean_start=True, properties=expiry).reason_code == 0
+    subscribed(one, f"$share/g/{uid}/t", 1)
+    pub = connected(broker.port, f"{uid}-p")
+    try:
+        pub.send_packet(Publish(f"{uid}/t", b"x", qos=1, packet_id=1))
+        got = one.read_packet()
+        assert isinstance(got, Publish)
+        one.close()  # not acknowledged; the session stays
+        one = RawClient(broker.port)
+        assert one.connect(f"{uid}-1", clean_start=False, properties=expiry).session_present
+        again = one.read_packet(timeout=3)
+        assert isinstance(again, Publish) and (again.payload, again.dup) == (b"x", True)
+    finally:
+        one.send_packet(Disconnect(0, Properties(session_expiry_interval=0)))
+        one.close()
+        pub.close()
