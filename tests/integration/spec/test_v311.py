@@ -455,6 +455,7 @@ def test_keep_alive_of_one_and_a_half_periods(broker: BrokerProcess, uid: str) -
     "3:MQTT-3.1.3-2",
     "3:MQTT-4.1.0-1",
     "3:MQTT-4.1.0-2",
+    "3:MQTT-4.3.3-1",
 )
 def test_unacknowledged_messages_are_resent_on_resume(broker: BrokerProcess, uid: str) -> None:
     sub = RawClient(broker.port, version=V311)
@@ -484,6 +485,12 @@ def test_unacknowledged_messages_are_resent_on_resume(broker: BrokerProcess, uid
             )
             queued = again.read_packet()
             assert isinstance(queued, Publish) and (queued.payload, queued.qos) == (b"offline", 2)
+            assert queued.packet_id not in (0, first.packet_id)
+            again.send_packet(Pubrec(queued.packet_id))
+            rel = again.read_packet()
+            assert isinstance(rel, Pubrel) and rel.packet_id == queued.packet_id
+            again.send_packet(Pubcomp(queued.packet_id))
+            assert again.read_nothing(0.2)  # the PUBLISH is not sent again after the PUBREL
         finally:
             again.send_packet(Disconnect())
             again.close()

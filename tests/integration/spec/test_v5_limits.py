@@ -196,3 +196,22 @@ def test_outgoing_qos2_flow_and_its_resumption(broker: BrokerProcess, uid: str) 
         sub.send_packet(Disconnect(0, Properties(session_expiry_interval=0)))
         sub.close()
         pub.close()
+
+
+@pytest.mark.spec("5:MQTT-3.1.3-8", "3:MQTT-3.1.3-9", "5:MQTT-3.2.2-6", "3:MQTT-3.2.2-4")
+def test_a_client_id_too_long_is_refused(start_broker: StartBroker, uid: str) -> None:
+    """Our choice: client ids longer than mqtt.max_client_id_length get 0x85 (3.1.1: 0x02)."""
+    broker = start_broker("mqtt: {max_client_id_length: 23}\n")
+    for version, code in ((5, 0x85), (4, 0x02)):
+        raw = RawClient(broker.port, version=version)
+        try:
+            raw.send_packet(Connect(protocol_version=version, client_id="x" * 24))
+            packets = raw.read_until_closed()
+            assert len(packets) == 1
+            ack = packets[0]
+            assert isinstance(ack, Connack) and (ack.reason_code, ack.session_present) == (
+                code,
+                False,
+            )
+        finally:
+            raw.close()

@@ -246,3 +246,31 @@ def test_shared_delivery_in_flight_is_completed_on_reconnect(
         one.send_packet(Disconnect(0, Properties(session_expiry_interval=0)))
         one.close()
         pub.close()
+
+
+@pytest.mark.spec("5:MQTT-3.10.4-3", "3:MQTT-3.10.4-3")
+@pytest.mark.parametrize("version", [5, 4], ids=["mqtt5", "mqtt311"])
+def test_unsubscribe_completes_deliveries_in_flight(
+    broker: BrokerProcess, uid: str, version: int
+) -> None:
+    """A QoS 1 message sent before the UNSUBSCRIBE is still re-sent when the session resumes."""
+    expiry = Properties(session_expiry_interval=60) if version == 5 else None
+    sub = RawClient(broker.port, version=version)
+    assert sub.connect(f"{uid}-s", clean_start=version == 5, properties=expiry).reason_code == 0
+    subscribed(sub, f"{uid}/t", 1)
+    pub = connected(broker.port, f"{uid}-p", version=version)
+    try:
+        pub.send_packet(Publish(f"{uid}/t", b"x", qos=1, packet_id=1))
+        got = sub.read_packet()
+        assert isinstance(got, Publish)
+        assert _unsuback(sub, 2, f"{uid}/t") == ([0] if version == 5 else [])
+        sub.close()  # the delivery is still unacknowledged
+        sub = RawClient(broker.port, version=version)
+        assert sub.connect(f"{uid}-s", clean_start=False, properties=expiry).session_present
+        again = sub.read_packet()
+        assert isinstance(again, Publish) and (again.packet_id, again.dup) == (got.packet_id, True)
+        sub.send_packet(Puback(again.packet_id))
+    finally:
+        sub.send_packet(Disconnect(0, expiry and Properties(session_expiry_interval=0)))
+        sub.close()
+        pub.close()
