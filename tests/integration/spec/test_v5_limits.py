@@ -215,3 +215,44 @@ def test_a_client_id_too_long_is_refused(start_broker: StartBroker, uid: str) ->
             )
         finally:
             raw.close()
+
+
+@pytest.mark.spec("5:MQTT-3.6.2-1", "5:MQTT-3.6.2-2", "5:MQTT-3.6.2-3")
+def test_outgoing_pubrel_fits_the_client_maximum_packet_size(
+    broker: BrokerProcess, uid: str
+) -> None:
+    limit = 40
+    raw = RawClient(broker.port)
+    try:
+        ack = raw.connect(uid, properties=Properties(maximum_packet_size=limit))
+        assert ack.reason_code == 0
+        subscribed(raw, uid, 2)
+        raw.send_packet(Publish(uid, b"x", qos=2, packet_id=1))
+        packets = [_sized(raw) for _ in range(2)]  # our PUBREC and the delivery, in any order
+        [(delivery, _)] = [(p, n) for p, n in packets if isinstance(p, Publish)]
+        assert isinstance(delivery, Publish)
+        raw.send_packet(Pubrec(delivery.packet_id))
+        raw.send_packet(Pubrel(1))
+        answers = [_sized(raw) for _ in range(2)]  # the server's PUBREL and PUBCOMP
+        kinds = sorted(type(p).__name__ for p, _ in answers)
+        assert kinds == ["Pubcomp", "Pubrel"]
+        assert all(size <= limit for _, size in packets + answers)
+    finally:
+        raw.close()
+
+
+@pytest.mark.spec("5:MQTT-4.7.3-3", "3:MQTT-4.7.3-3")
+@pytest.mark.parametrize("version", [5, 4], ids=["mqtt5", "mqtt311"])
+def test_the_longest_topic_name(broker: BrokerProcess, uid: str, version: int) -> None:
+    """65,535 bytes, the most a two-byte length can say, is accepted and forwarded intact."""
+    topic = (uid + "/" + "t" * 65535)[:65535]
+    sub = connected(broker.port, f"{uid}-s", version=version)
+    pub = connected(broker.port, f"{uid}-p", version=version)
+    try:
+        subscribed(sub, topic, 0)
+        pub.send_packet(Publish(topic, b"x"))
+        got = sub.read_packet()
+        assert isinstance(got, Publish) and got.topic == topic
+    finally:
+        sub.close()
+        pub.close()
