@@ -11,6 +11,7 @@ from xmq.codec.packets import (
     Connect,
     Disconnect,
     Packet,
+    Publish,
     Suback,
     Subscribe,
     SubscriptionRequest,
@@ -130,3 +131,21 @@ def subscribed(raw: RawClient, topic_filter: str, qos: int = 1, packet_id: int =
     raw.send_packet(Subscribe(packet_id, [SubscriptionRequest(topic_filter, qos)]))
     ack = raw.read_packet()
     assert isinstance(ack, Suback) and ack.reason_codes == [qos], ack
+
+
+def next_publish(raw: RawClient, timeout: float = 10.0) -> Publish:
+    """The next packet, which must be a PUBLISH."""
+    packet = raw.read_packet(timeout)
+    assert isinstance(packet, Publish), packet
+    return packet
+
+
+def resumable(
+    port: int, client_id: str, clean_start: bool, version: int = MQTT_5
+) -> tuple[RawClient, Connack]:
+    """A raw client whose session outlives the connection (MQTT 5: expiry 60 s)."""
+    raw = RawClient(port, version=version)
+    expiry = Properties(session_expiry_interval=60) if version == MQTT_5 else None
+    ack = raw.connect(client_id, clean_start=clean_start, properties=expiry)
+    assert ack.reason_code == 0, ack
+    return raw, ack

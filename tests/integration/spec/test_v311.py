@@ -10,7 +10,7 @@ import time
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.raw_client import RawClient, connected, subscribed
+from tests.support.raw_client import RawClient, connected, next_publish, subscribed
 from xmq.codec.packets import (
     Connack,
     Connect,
@@ -47,12 +47,6 @@ def _string(text: str) -> bytes:
 def _connect_bytes(flags: int, payload: bytes, name: bytes = b"MQTT") -> bytes:
     body = _string(name.decode()) + bytes([4, flags]) + b"\x00\x3c" + payload
     return bytes([0x10, len(body)]) + body
-
-
-def _publish_of(raw: RawClient) -> Publish:
-    packet = raw.read_packet()
-    assert isinstance(packet, Publish), packet
-    return packet
 
 
 def _closed_silently(raw: RawClient) -> bool:
@@ -258,7 +252,7 @@ def test_publish_flows_and_duplicates(broker: BrokerProcess, uid: str) -> None:
         assert isinstance(comp, Pubcomp) and comp.packet_id == 0x0202
         pub.send_packet(Pingreq())
         assert isinstance(pub.read_packet(), Pingresp)
-        delivered = [_publish_of(sub) for _ in range(4)]
+        delivered = [next_publish(sub) for _ in range(4)]
         assert [p.payload for p in delivered] == [b"0", b"1", b"1b", b"2"]  # the QoS 2 one once
         assert {(p.qos, p.dup, p.packet_id) for p in delivered} == {(0, False, 0)}
         assert sub.read_nothing(0.2)
@@ -357,7 +351,7 @@ def test_retained_messages(broker: BrokerProcess, uid: str) -> None:
         pub.send_packet(Publish(f"{uid}/r", b"one", qos=1, packet_id=1, retain=True))
         pub.send_packet(Publish(f"{uid}/r", b"two", qos=0, retain=True))  # QoS 0 replaces it
         pub.send_packet(Publish(f"{uid}/r", b"plain", qos=0))  # not retained: leaves "two"
-        got = [_publish_of(live) for _ in range(3)]
+        got = [next_publish(live) for _ in range(3)]
         assert [(p.payload, p.retain) for p in got] == [
             (b"one", False),
             (b"two", False),
@@ -417,7 +411,7 @@ def test_wills(broker: BrokerProcess, uid: str) -> None:
         assert watcher.read_nothing(0.3)
         _with_will(broker, f"{uid}-b", f"{uid}/will/b", retain=False).close()
         _with_will(broker, f"{uid}-c", f"{uid}/will/c", retain=True).close()
-        wills = [_publish_of(watcher), _publish_of(watcher)]
+        wills = [next_publish(watcher), next_publish(watcher)]
         got = sorted((p.topic, p.retain) for p in wills)
         assert got == [(f"{uid}/will/b", False), (f"{uid}/will/c", False)]
         assert watcher.read_nothing(0.2)  # each published once

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.raw_client import RawClient, connected, subscribed
+from tests.support.raw_client import RawClient, connected, resumable, subscribed
 from xmq.codec.packets import (
     Connack,
     Connect,
@@ -136,18 +136,9 @@ def test_capabilities_below_the_maximum(start_broker: StartBroker, uid: str) -> 
             refused.close()
 
 
-def _session(broker: BrokerProcess, client_id: str, clean: bool) -> tuple[RawClient, Connack]:
-    raw = RawClient(broker.port)
-    ack = raw.connect(
-        client_id, clean_start=clean, properties=Properties(session_expiry_interval=60)
-    )
-    assert ack.reason_code == 0
-    return raw, ack
-
-
 @pytest.mark.spec("5:MQTT-4.4.0-2")
 def test_a_refused_delivery_is_not_sent_again(broker: BrokerProcess, uid: str) -> None:
-    sub, _ = _session(broker, f"{uid}-s", clean=True)
+    sub, _ = resumable(broker.port, f"{uid}-s", clean_start=True)
     pub = connected(broker.port, f"{uid}-p")
     try:
         subscribed(sub, f"{uid}/t", 1)
@@ -157,7 +148,7 @@ def test_a_refused_delivery_is_not_sent_again(broker: BrokerProcess, uid: str) -
         sub.send_packet(Puback(got.packet_id, 0x80))
         sub.send_packet(Disconnect(0))
         sub.close()
-        sub, ack = _session(broker, f"{uid}-s", clean=False)
+        sub, ack = resumable(broker.port, f"{uid}-s", clean_start=False)
         assert ack.session_present
         assert sub.read_nothing(0.5)
     finally:
@@ -170,7 +161,7 @@ def test_a_refused_delivery_is_not_sent_again(broker: BrokerProcess, uid: str) -
     "5:MQTT-4.3.3-1", "5:MQTT-4.3.3-3", "5:MQTT-4.3.3-4", "5:MQTT-4.3.3-5", "5:MQTT-2.2.1-5"
 )
 def test_outgoing_qos2_flow_and_its_resumption(broker: BrokerProcess, uid: str) -> None:
-    sub, _ = _session(broker, f"{uid}-s", clean=True)
+    sub, _ = resumable(broker.port, f"{uid}-s", clean_start=True)
     pub = connected(broker.port, f"{uid}-p")
     try:
         subscribed(sub, f"{uid}/t", 2)
@@ -178,14 +169,14 @@ def test_outgoing_qos2_flow_and_its_resumption(broker: BrokerProcess, uid: str) 
         first = sub.read_packet()
         assert isinstance(first, Publish) and first.qos == 2 and first.packet_id != 0
         sub.close()  # no PUBREC: still unacknowledged
-        sub, _ = _session(broker, f"{uid}-s", clean=False)
+        sub, _ = resumable(broker.port, f"{uid}-s", clean_start=False)
         again = sub.read_packet()
         assert isinstance(again, Publish) and again.packet_id == first.packet_id and again.dup
         sub.send_packet(Pubrec(again.packet_id))
         rel = sub.read_packet()
         assert isinstance(rel, Pubrel) and rel.packet_id == first.packet_id
         sub.close()  # no PUBCOMP: the PUBREL is still unacknowledged, the PUBLISH is not re-sent
-        sub, _ = _session(broker, f"{uid}-s", clean=False)
+        sub, _ = resumable(broker.port, f"{uid}-s", clean_start=False)
         rel_again = sub.read_packet()
         assert isinstance(rel_again, Pubrel) and rel_again.packet_id == first.packet_id
         sub.send_packet(Pubcomp(first.packet_id))

@@ -13,6 +13,8 @@ from tests.support.raw_client import (
     closing_reason,
     connected,
     disconnect_reason_for,
+    next_publish,
+    resumable,
     subscribed,
 )
 from xmq.codec.packets import (
@@ -37,12 +39,6 @@ StartBroker = Callable[..., BrokerProcess]
 
 def _publish(raw: RawClient, topic: str, payload: bytes, qos: int = 0, **options: object) -> None:
     raw.send_packet(Publish(topic, payload, qos=qos, **options))  # type: ignore[arg-type]
-
-
-def _received(raw: RawClient) -> Publish:
-    packet = raw.read_packet()
-    assert isinstance(packet, Publish), packet
-    return packet
 
 
 @pytest.mark.spec(
@@ -85,7 +81,7 @@ def test_packet_ids_are_new_messages_once_acknowledged(broker: BrokerProcess, ui
         assert isinstance(pub.read_packet(), Pubrec)
         pub.send_packet(Pubrel(8))
         assert isinstance(pub.read_packet(), Pubcomp)
-        assert [_received(sub).payload for _ in range(4)] == [b"a", b"b", b"c", b"d"]
+        assert [next_publish(sub).payload for _ in range(4)] == [b"a", b"b", b"c", b"d"]
         assert sub.read_nothing(0.2)
     finally:
         sub.close()
@@ -109,7 +105,7 @@ def test_outgoing_dup_is_not_copied_from_the_incoming_publish(
         subscribed(sub, f"{uid}/+/x", 2)
         for qos in (0, 1, 2):
             _publish(pub, f"{uid}/{qos}/x", b"m", qos, packet_id=qos, dup=qos > 0)
-            got = _received(sub)
+            got = next_publish(sub)
             assert (got.topic, got.qos, got.dup) == (f"{uid}/{qos}/x", qos, False)
             assert (got.packet_id != 0) == (qos > 0)
     finally:
@@ -127,7 +123,7 @@ def test_overlapping_subscriptions_deliver_at_the_highest_qos(
         subscribed(sub, f"{uid}/#", 0, packet_id=1)
         subscribed(sub, f"{uid}/a", 2, packet_id=2)
         _publish(pub, f"{uid}/a", b"x", 2, packet_id=1)
-        got = _received(sub)
+        got = next_publish(sub)
         assert got.qos == 2 and got.payload == b"x"
         sub.send_packet(Pubrec(got.packet_id))
         assert isinstance(sub.read_packet(), Pubrel)
@@ -153,7 +149,7 @@ def test_a_non_retained_publish_leaves_the_retained_message(
         late = connected(broker.port, f"{uid}-late")
         try:
             subscribed(late, f"{uid}/r", 1)
-            got = _received(late)
+            got = next_publish(late)
             assert (got.payload, got.retain) == (b"kept", True)
         finally:
             late.close()
@@ -189,10 +185,10 @@ def test_outgoing_aliases_respect_the_client_maximum(broker: BrokerProcess, uid:
             _publish(pub, f"{uid}/{n % 5}", b"x")
         aliases = set()
         for _ in range(12):
-            got = _received(limited)
+            got = next_publish(limited)
             if got.properties is not None and got.properties.topic_alias is not None:
                 aliases.add(got.properties.topic_alias)
-            plain = _received(none)
+            plain = next_publish(none)
             assert plain.topic and (
                 plain.properties is None or plain.properties.topic_alias is None
             )
@@ -218,7 +214,7 @@ def test_wildcards_at_the_start_do_not_match_dollar_topics(
         assert isinstance(wild.read_packet(), Suback)
         subscribed(exact, "$SYS/#", 0)
         for _ in range(3):  # several $SYS rounds reach "$SYS/#" ...
-            assert _received(exact).topic.startswith("$SYS/")
+            assert next_publish(exact).topic.startswith("$SYS/")
         assert wild.read_nothing(0.5)  # ... and none reaches "#" or "+/broker/#"
     finally:
         for raw in (wild, exact):
@@ -239,7 +235,7 @@ def test_topics_are_matched_without_normalisation(
         _publish(pub, f"{uid}/b", b"no-bom")
         _publish(pub, f"{uid}/\ufeffb", b"bom")
         _publish(pub, f"{uid}/\u00fc", b"exact")
-        got = [_received(sub) for _ in range(2)]
+        got = [next_publish(sub) for _ in range(2)]
         assert [(p.topic, p.payload) for p in got] == [
             (f"{uid}/\ufeffb", b"bom"),
             (f"{uid}/\u00fc", b"exact"),
@@ -258,13 +254,13 @@ def test_other_packets_flow_while_the_send_quota_is_zero(broker: BrokerProcess, 
         subscribed(sub, f"{uid}/t", 1)
         for n in (1, 2):
             _publish(pub, f"{uid}/t", b"%d" % n, 1, packet_id=n)
-        first = _received(sub)
+        first = next_publish(sub)
         assert sub.read_nothing(0.3)  # quota 1: the second waits
         sub.send_packet(Pingreq())
         assert isinstance(sub.read_packet(), Pingresp)
         subscribed(sub, f"{uid}/other", 0, packet_id=9)
         sub.send_packet(Puback(first.packet_id))
-        assert _received(sub).payload == b"2"
+        assert next_publish(sub).payload == b"2"
     finally:
         sub.close()
         pub.close()
@@ -309,23 +305,21 @@ def test_malformed_fields_close_with_0x81(broker: BrokerProcess, uid: str, data:
 @pytest.mark.spec("5:MQTT-4.3.3-7", "5:MQTT-4.3.3-13")
 def test_expiry_does_not_cut_a_qos2_exchange(broker: BrokerProcess, uid: str) -> None:
     short = Properties(message_expiry_interval=1)
-    expiry = Properties(session_expiry_interval=60)
-    sub = RawClient(broker.port)
-    assert sub.connect(f"{uid}-s", clean_start=True, properties=expiry).reason_code == 0
+    sub, _ = resumable(broker.port, f"{uid}-s", clean_start=True)
     subscribed(sub, f"{uid}/t", 2)
     pub = connected(broker.port, f"{uid}-p")
     try:
         _publish(pub, f"{uid}/t", b"x", 2, packet_id=1, properties=short)
         assert isinstance(pub.read_packet(), Pubrec)
-        sent = _received(sub)  # sent to the subscriber, then never acknowledged
+        sent = next_publish(sub)  # sent to the subscriber, then never acknowledged
         sub.close()
         time.sleep(1.5)  # both expired now
         pub.send_packet(Pubrel(1))  # the inbound exchange goes on
         comp = pub.read_packet()
         assert isinstance(comp, Pubcomp) and comp.packet_id == 1
-        sub = RawClient(broker.port)
-        assert sub.connect(f"{uid}-s", clean_start=False, properties=expiry).session_present
-        again = _received(sub)  # already sent: no expiry applies
+        sub, ack = resumable(broker.port, f"{uid}-s", clean_start=False)
+        assert ack.session_present
+        again = next_publish(sub)  # already sent: no expiry applies
         assert (again.packet_id, again.payload, again.dup) == (sent.packet_id, b"x", True)
     finally:
         sub.send_packet(Disconnect(0, Properties(session_expiry_interval=0)))

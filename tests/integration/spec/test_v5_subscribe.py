@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.raw_client import RawClient, connected, subscribed
+from tests.support.raw_client import RawClient, connected, resumable, subscribed
 from xmq.codec.packets import (
     Disconnect,
     Puback,
@@ -228,9 +228,7 @@ def test_shared_delivery_in_flight_is_completed_on_reconnect(
     broker: BrokerProcess, uid: str
 ) -> None:
     """A member with a session that outlives its connection gets its in-flight message again."""
-    expiry = Properties(session_expiry_interval=60)
-    one = RawClient(broker.port)
-    assert one.connect(f"{uid}-1", clean_start=True, properties=expiry).reason_code == 0
+    one, _ = resumable(broker.port, f"{uid}-1", clean_start=True)
     subscribed(one, f"$share/g/{uid}/t", 1)
     pub = connected(broker.port, f"{uid}-p")
     try:
@@ -238,8 +236,8 @@ def test_shared_delivery_in_flight_is_completed_on_reconnect(
         got = one.read_packet()
         assert isinstance(got, Publish)
         one.close()  # not acknowledged; the session stays
-        one = RawClient(broker.port)
-        assert one.connect(f"{uid}-1", clean_start=False, properties=expiry).session_present
+        one, ack = resumable(broker.port, f"{uid}-1", clean_start=False)
+        assert ack.session_present
         again = one.read_packet(timeout=3)
         assert isinstance(again, Publish) and (again.payload, again.dup) == (b"x", True)
     finally:
@@ -254,9 +252,7 @@ def test_unsubscribe_completes_deliveries_in_flight(
     broker: BrokerProcess, uid: str, version: int
 ) -> None:
     """A QoS 1 message sent before the UNSUBSCRIBE is still re-sent when the session resumes."""
-    expiry = Properties(session_expiry_interval=60) if version == 5 else None
-    sub = RawClient(broker.port, version=version)
-    assert sub.connect(f"{uid}-s", clean_start=version == 5, properties=expiry).reason_code == 0
+    sub, _ = resumable(broker.port, f"{uid}-s", clean_start=version == 5, version=version)
     subscribed(sub, f"{uid}/t", 1)
     pub = connected(broker.port, f"{uid}-p", version=version)
     try:
@@ -265,12 +261,13 @@ def test_unsubscribe_completes_deliveries_in_flight(
         assert isinstance(got, Publish)
         assert _unsuback(sub, 2, f"{uid}/t") == ([0] if version == 5 else [])
         sub.close()  # the delivery is still unacknowledged
-        sub = RawClient(broker.port, version=version)
-        assert sub.connect(f"{uid}-s", clean_start=False, properties=expiry).session_present
+        sub, ack = resumable(broker.port, f"{uid}-s", clean_start=False, version=version)
+        assert ack.session_present
         again = sub.read_packet()
         assert isinstance(again, Publish) and (again.packet_id, again.dup) == (got.packet_id, True)
         sub.send_packet(Puback(again.packet_id))
     finally:
-        sub.send_packet(Disconnect(0, expiry and Properties(session_expiry_interval=0)))
+        end = Properties(session_expiry_interval=0) if version == 5 else None
+        sub.send_packet(Disconnect(0, end))
         sub.close()
         pub.close()
