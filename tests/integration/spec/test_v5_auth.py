@@ -95,6 +95,6 @@ def test_failed_reauthentication_closes(scram_broker: BrokerProcess, uid: str) -
         assert challenge.properties is not None
         assert challenge.properties.authentication_method == METHOD
         packets = [answer, *raw.read_until_closed()]
-        assert isinstance(packets[0], Disconnect) and packets[0].reason_code >= 0x80
+        assert isinstance(packets[0], Disconnect) and packets[0].reason_code == 0x87
     finally:
         raw.close()
