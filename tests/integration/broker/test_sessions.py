@@ -22,7 +22,6 @@ def _expiry(seconds: int) -> object:
     "5:MQTT-3.2.2-3",
     "5:MQTT-4.6.0-6",
     "5:MQTT-3.1.3-2",
-    "5:MQTT-4.1.0-1",
 )
 def test_persistent_session_queues_while_offline(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
