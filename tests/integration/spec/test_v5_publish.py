@@ -325,3 +325,29 @@ def test_expiry_does_not_cut_a_qos2_exchange(broker: BrokerProcess, uid: str) ->
         sub.send_packet(Disconnect(0, Properties(session_expiry_interval=0)))
         sub.close()
         pub.close()
+
+
+@pytest.mark.spec("5:MQTT-4.1.0-1", "3:MQTT-4.1.0-2")
+@pytest.mark.parametrize("version", [5, 4], ids=["mqtt5", "mqtt311"])
+def test_session_state_stays_while_connected(broker: BrokerProcess, uid: str, version: int) -> None:
+    """Session Expiry 0 (3.1.1: CleanSession 1): the subscription and an unacknowledged
+    delivery are still there while the connection is open."""
+    sub = connected(broker.port, f"{uid}-s", version=version)
+    pub = connected(broker.port, f"{uid}-p", version=version)
+    try:
+        subscribed(sub, f"{uid}/t", 1)
+        pub.send_packet(Publish(f"{uid}/t", b"1", qos=1, packet_id=1))
+        first = next_publish(sub)
+        for _ in range(3):
+            sub.send_packet(Pingreq())
+            assert isinstance(sub.read_packet(), Pingresp)
+        pub.send_packet(Publish(f"{uid}/t", b"2", qos=1, packet_id=2))
+        second = next_publish(sub)
+        assert (second.payload, second.packet_id != first.packet_id) == (b"2", True)
+        for packet_id in (first.packet_id, second.packet_id):
+            sub.send_packet(Puback(packet_id))
+        sub.send_packet(Pingreq())
+        assert isinstance(sub.read_packet(), Pingresp)
+    finally:
+        sub.close()
+        pub.close()
