@@ -5,7 +5,18 @@ from __future__ import annotations
 import socket
 import time
 
-from xmq.codec.packets import MQTT_5, Connack, Connect, Disconnect, Packet, Will
+from xmq.codec.packets import (
+    MQTT_5,
+    Connack,
+    Connect,
+    Disconnect,
+    Packet,
+    Publish,
+    Suback,
+    Subscribe,
+    SubscriptionRequest,
+    Will,
+)
 from xmq.codec.properties import Properties
 from xmq.codec.reader import PacketReader
 from xmq.codec.writer import encode
@@ -65,6 +76,16 @@ class RawClient:
             self._pending.extend(self.reader.feed(data))
         return self._pending.pop(0)
 
+    def read_nothing(self, timeout: float = 0.3) -> bool:
+        """True when no packet arrives within ``timeout`` (and the connection stays open)."""
+        try:
+            packet = self.read_packet(timeout)
+        except TimeoutError:
+            return True
+        if packet is not None:
+            self._pending.insert(0, packet)
+        return False
+
     def read_until_closed(self, timeout: float = 10.0) -> list[Packet]:
         """Every packet until the broker closes the connection."""
         packets: list[Packet] = []
@@ -103,3 +124,28 @@ def disconnect_reason_for(port: int, client_id: str, data: bytes) -> int | None:
         return closing_reason(raw)
     finally:
         raw.close()
+
+
+def subscribed(raw: RawClient, topic_filter: str, qos: int = 1, packet_id: int = 1) -> None:
+    """SUBSCRIBE to one filter and check the SUBACK grants ``qos``."""
+    raw.send_packet(Subscribe(packet_id, [SubscriptionRequest(topic_filter, qos)]))
+    ack = raw.read_packet()
+    assert isinstance(ack, Suback) and ack.reason_codes == [qos], ack
+
+
+def next_publish(raw: RawClient, timeout: float = 10.0) -> Publish:
+    """The next packet, which must be a PUBLISH."""
+    packet = raw.read_packet(timeout)
+    assert isinstance(packet, Publish), packet
+    return packet
+
+
+def resumable(
+    port: int, client_id: str, clean_start: bool, version: int = MQTT_5
+) -> tuple[RawClient, Connack]:
+    """A raw client whose session outlives the connection (MQTT 5: expiry 60 s)."""
+    raw = RawClient(port, version=version)
+    expiry = Properties(session_expiry_interval=60) if version == MQTT_5 else None
+    ack = raw.connect(client_id, clean_start=clean_start, properties=expiry)
+    assert ack.reason_code == 0, ack
+    return raw, ack

@@ -30,7 +30,7 @@ from xmq.codec.packets import (
     Unsubscribe,
 )
 from xmq.codec.properties import Properties
-from xmq.codec.reason_codes import ReasonCode
+from xmq.codec.reason_codes import DISCONNECT_REASONS, ReasonCode
 from xmq.codec.writer import encode
 from xmq.core.auth_ports import AllowAll, Authenticator, AuthExchange, Authorizer, ClientAcl
 from xmq.core.connection_states import AUTHENTICATING, AWAIT_CONNECT, CLOSED, CONNECTED
@@ -48,6 +48,13 @@ if TYPE_CHECKING:
     from xmq.core.broker import Broker
 
 log = logging.getLogger("xmq.connection")
+
+# CONNACK-only refusals said on a live connection (a failed re-authentication)
+_AS_DISCONNECT: dict[int, int] = {
+    ReasonCode.BAD_USER_NAME_OR_PASSWORD: ReasonCode.NOT_AUTHORIZED,
+    ReasonCode.BANNED: ReasonCode.NOT_AUTHORIZED,
+    ReasonCode.BAD_AUTHENTICATION_METHOD: ReasonCode.NOT_AUTHORIZED,
+}
 
 _PINGRESP = b"\xd0\x00"
 _ALLOW_ALL = AllowAll()
@@ -140,7 +147,9 @@ class ClientConnection:
     def protocol_error(self, error: ProtocolError) -> None:
         """The decoder refused the input: answer with the error's reason code and close."""
         if isinstance(error, UnsupportedProtocolVersion):
-            self.version = 4  # an unknown level is answered in the 3.1.1 format (code 0x01)
+            # Level 5 under a wrong protocol name is an MQTT 5 client: 0x84 in its own format
+            # (MQTT-3.1.2-1); any other unknown level gets the 3.1.1 format (code 0x01).
+            self.version = 5 if error.protocol_version == 5 else 4
             refuse_connect(self, ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, str(error))
         elif self.state == AWAIT_CONNECT:
             # A CONNECT that failed after its protocol level was read is answered in that
@@ -208,6 +217,10 @@ class ClientConnection:
         if self.state != CONNECTED:
             refuse_connect(self, reason_code, reason)
             return
+        if reason_code not in DISCONNECT_REASONS:
+            # a DISCONNECT carries DISCONNECT reason codes only (MQTT-3.14.2-1): a refusal
+            # that CONNACK alone can say (a failed re-authentication's 0x86, 0x8C) is 0x87
+            reason_code = _AS_DISCONNECT.get(reason_code, ReasonCode.UNSPECIFIED_ERROR)
         closed = self.broker.stats.disconnects_by_reason
         closed[reason_code] = closed.get(reason_code, 0) + 1
         if log.isEnabledFor(logging.INFO):
@@ -222,7 +235,12 @@ class ClientConnection:
             if server_reference:
                 props = props or Properties()
                 props.server_reference = server_reference
-            self.link.write(encode(Disconnect(reason_code, props), MQTT_5))
+            data = encode(Disconnect(reason_code, props), MQTT_5)
+            if len(data) > self.max_packet_size and props is not None and props.reason_string:
+                # no Reason String beyond the client's Maximum Packet Size (MQTT-3.14.2-3)
+                props.reason_string = None
+                data = encode(Disconnect(reason_code, props), MQTT_5)
+            self.link.write(data)
         self._detach(publish_will=True)
         self.link.close()
 

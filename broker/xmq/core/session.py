@@ -373,7 +373,8 @@ class Session:
                 continue  # never written: it goes in its turn (write_due)
             if delivery.released:
                 conn.link.write(PUBREL_HEAD + packet_id.to_bytes(2, "big"))
-            elif delivery.message.expired(now):
+            elif delivery.qos == 1 and delivery.message.expired(now):
+                # a QoS 2 PUBLISH once sent is not expired (MQTT-4.3.3-7)
                 del self.inflight[packet_id]
                 self.stats.messages_expired += 1
             else:

@@ -86,6 +86,13 @@ def negotiate_connect(
 
     will = connect.will
     if will is not None:
+        if not will.topic or "+" in will.topic or "#" in will.topic:
+            # the will topic is a topic name (MQTT-4.7.0-1, MQTT-4.7.3-1): 0x90 in MQTT 5;
+            # 3.1.x has no code for it, so it is a violation closed without CONNACK
+            invalid = (
+                ReasonCode.TOPIC_NAME_INVALID if version == MQTT_5 else ReasonCode.PROTOCOL_ERROR
+            )
+            raise ConnectRefused(invalid, "the will topic is not a valid topic name")
         if will.qos > limits.maximum_qos:
             raise ConnectRefused(ReasonCode.QOS_NOT_SUPPORTED, "will QoS not supported")
         if will.retain and not limits.retain_available:

@@ -97,6 +97,7 @@ def paho_connect(port: int, version: Any, username: str | None, password: str | 
         client.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.4-2")
 @pytest.mark.parametrize(
     ("version", "username", "password", "code"),
     [
@@ -205,6 +206,7 @@ def scram_connect(port: int, username: str, password: str) -> tuple[int, bool]:
         client.close()
 
 
+@pytest.mark.spec("5:MQTT-4.12.0-2")
 @pytest.mark.parametrize(
     ("username", "password", "expected"),
     [
@@ -234,6 +236,7 @@ def raw_connect_method(port: int, method: str) -> int:
         client.close()
 
 
+@pytest.mark.spec("5:MQTT-4.12.0-1")
 async def test_unknown_method(file_node: Node) -> None:
     assert await asyncio.to_thread(raw_connect_method, file_node.port, "KERBEROS") == 0x8C
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import pytest
+
 from tests.support.broker_process import BrokerProcess
 from tests.support.raw_client import RawClient
 from xmq.codec.packets import Connack, Puback, Publish, Suback, Subscribe, SubscriptionRequest
@@ -54,6 +56,7 @@ def _publishes(raw: RawClient, wait: float) -> list[Publish]:
         got.append(packet)
 
 
+@pytest.mark.spec("5:MQTT-3.3.4-9", "5:MQTT-4.9.0-2", "5:MQTT-2.2.1-4", "5:MQTT-4.3.2-1")
 def test_client_receive_maximum_is_honoured(broker: BrokerProcess, uid: str) -> None:
     sub, _ = _client(broker.port, f"{uid}-s", receive_maximum=2)
     pub, _ = _client(broker.port, f"{uid}-p")
@@ -77,6 +80,7 @@ def test_client_receive_maximum_is_honoured(broker: BrokerProcess, uid: str) -> 
         pub.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.2-24", "5:MQTT-3.1.2-25")
 def test_oversize_messages_are_skipped_for_that_client(broker: BrokerProcess, uid: str) -> None:
     small, _ = _client(broker.port, f"{uid}-small", maximum_packet_size=100)
     pub, _ = _client(broker.port, f"{uid}-p")
@@ -109,6 +113,7 @@ def test_outbound_topic_aliases(broker: BrokerProcess, uid: str) -> None:
         pub.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-5", "5:MQTT-3.3.2-6")
 def test_message_expiry_in_queue(broker: BrokerProcess, uid: str) -> None:
     sub, _ = _client(broker.port, f"{uid}-s", session_expiry_interval=60)
     _subscribe(sub, f"{uid}/t")

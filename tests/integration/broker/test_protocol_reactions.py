@@ -28,6 +28,7 @@ from xmq.codec.writer import encode
 StartBroker = Callable[..., BrokerProcess]
 
 
+@pytest.mark.spec("5:MQTT-3.1.0-1")
 def test_first_packet_must_be_connect(broker: BrokerProcess) -> None:
     raw = RawClient(broker.port)
     try:
@@ -37,6 +38,7 @@ def test_first_packet_must_be_connect(broker: BrokerProcess) -> None:
         raw.close()
 
 
+@pytest.mark.spec("3:MQTT-3.1.2-2", "3:MQTT-3.2.2-5")
 def test_unsupported_protocol_level_gets_connack_0x01(broker: BrokerProcess) -> None:
     raw = RawClient(broker.port, version=4)
     try:
@@ -50,6 +52,7 @@ def test_unsupported_protocol_level_gets_connack_0x01(broker: BrokerProcess) -> 
         raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.2-3", "5:MQTT-3.1.4-1", "5:MQTT-3.2.2-7")
 def test_malformed_connect_is_refused_and_closed(broker: BrokerProcess) -> None:
     raw = RawClient(broker.port)
     try:
@@ -61,6 +64,7 @@ def test_malformed_connect_is_refused_and_closed(broker: BrokerProcess) -> None:
         raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.0-2")
 def test_second_connect_is_a_protocol_error(broker: BrokerProcess, uid: str) -> None:
     raw = connected(broker.port, uid)
     try:
@@ -70,6 +74,7 @@ def test_second_connect_is_a_protocol_error(broker: BrokerProcess, uid: str) -> 
         raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.1-4", "5:MQTT-4.13.1-1")
 def test_qos3_publish_is_malformed(broker: BrokerProcess, uid: str) -> None:
     raw = connected(broker.port, uid)
     try:
@@ -79,6 +84,7 @@ def test_qos3_publish_is_malformed(broker: BrokerProcess, uid: str) -> None:
         raw.close()
 
 
+@pytest.mark.spec("3:MQTT-3.3.1-4", "3:MQTT-4.8.0-1")
 def test_mqtt311_violation_closes_without_disconnect(broker: BrokerProcess, uid: str) -> None:
     raw = connected(broker.port, uid, version=4)
     try:
@@ -98,6 +104,7 @@ def test_packet_too_large(start_broker: StartBroker, uid: str) -> None:
         raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.4-7")
 def test_receive_maximum_exceeded(start_broker: StartBroker, uid: str) -> None:
     broker = start_broker(XMQ_MQTT__RECEIVE_MAXIMUM="2")
     raw = connected(broker.port, uid)
@@ -112,6 +119,7 @@ def test_receive_maximum_exceeded(start_broker: StartBroker, uid: str) -> None:
         raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-8", "5:MQTT-3.3.2-9")
 @pytest.mark.parametrize(
     ("topic", "alias", "reason"),
     [("t", 0, 0x94), ("t", 1000, 0x94), ("", 7, 0x82)],
@@ -130,6 +138,7 @@ def test_topic_alias_errors(
         raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-12")
 def test_topic_alias_inbound_resolves(broker: BrokerProcess, uid: str) -> None:
     sub = connected(broker.port, f"{uid}-s")
     pub = connected(broker.port, f"{uid}-p")
@@ -152,6 +161,7 @@ def test_topic_alias_inbound_resolves(broker: BrokerProcess, uid: str) -> None:
         pub.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-2", "5:MQTT-4.7.0-1")
 def test_wildcard_in_topic_name(broker: BrokerProcess, uid: str) -> None:
     raw = connected(broker.port, uid)
     try:
@@ -161,6 +171,7 @@ def test_wildcard_in_topic_name(broker: BrokerProcess, uid: str) -> None:
         raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.4-6")
 def test_subscription_identifier_in_publish(broker: BrokerProcess, uid: str) -> None:
     raw = connected(broker.port, uid)
     try:
@@ -185,6 +196,13 @@ def test_payload_format_invalid(broker: BrokerProcess, uid: str) -> None:
         raw.close()
 
 
+@pytest.mark.spec(
+    "5:MQTT-4.7.1-1",
+    "5:MQTT-4.8.2-1",
+    "5:MQTT-3.8.3-4",
+    "5:MQTT-3.8.4-6",
+    "5:MQTT-3.9.3-1",
+)
 def test_invalid_filters_and_shared_no_local(broker: BrokerProcess, uid: str) -> None:
     raw = connected(broker.port, uid)
     try:
@@ -229,6 +247,7 @@ def test_no_matching_subscribers_reason(broker: BrokerProcess, uid: str) -> None
         raw.close()
 
 
+@pytest.mark.spec("3:MQTT-3.1.2-3", "3:MQTT-3.1.4-1")
 def test_malformed_mqtt311_connect_is_closed_without_connack(broker: BrokerProcess) -> None:
     raw = RawClient(broker.port, version=4)
     try:

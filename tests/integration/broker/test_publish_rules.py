@@ -11,16 +11,13 @@ import pytest
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.http_probe import metric, wait_port
-from tests.support.raw_client import RawClient, connected, disconnect_reason_for
+from tests.support.raw_client import RawClient, connected, disconnect_reason_for, subscribed
 from xmq.codec.packets import (
     MQTT_5,
     Disconnect,
     Puback,
     Publish,
     Pubrec,
-    Suback,
-    Subscribe,
-    SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode
@@ -30,12 +27,7 @@ pytestmark = pytest.mark.integration
 StartBroker = Callable[..., BrokerProcess]
 
 
-def _subscribed(raw: RawClient, topic_filter: str, qos: int) -> None:
-    raw.send_packet(Subscribe(1, [SubscriptionRequest(topic_filter, qos)]))
-    ack = raw.read_packet()
-    assert isinstance(ack, Suback) and ack.reason_codes == [qos]
-
-
+@pytest.mark.spec("5:MQTT-3.3.2-14", "5:MQTT-4.7.3-1")
 @pytest.mark.parametrize("response_topic", ["reply/+", "reply/#", "#", "a/+/b", ""])
 def test_response_topic_with_wildcards_is_a_protocol_error(
     broker: BrokerProcess, uid: str, response_topic: str
@@ -47,6 +39,20 @@ def test_response_topic_with_wildcards_is_a_protocol_error(
     assert disconnect_reason_for(broker.port, uid, publish) == 0x82
 
 
+@pytest.mark.spec(
+    "5:MQTT-3.3.1-2",
+    "5:MQTT-3.3.2-1",
+    "5:MQTT-1.5.4-1",
+    "5:MQTT-1.5.4-2",
+    "5:MQTT-2.2.1-3",
+    "5:MQTT-3.3.2-13",
+    "5:MQTT-3.8.1-1",
+    "5:MQTT-3.8.3-1",
+    "5:MQTT-3.8.3-2",
+    "5:MQTT-3.8.3-5",
+    "5:MQTT-3.10.1-1",
+    "5:MQTT-3.10.3-2",
+)
 @pytest.mark.parametrize(
     ("data", "reason"),
     [
@@ -102,12 +108,13 @@ def test_publish_and_subscribe_rules(
     assert disconnect_reason_for(broker.port, uid, data) == reason
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-15", "5:MQTT-3.3.2-16")
 def test_response_topic_and_correlation_data_are_forwarded(broker: BrokerProcess, uid: str) -> None:
     """[MQTT-3.3.2-15] [MQTT-3.3.2-16] forwarded unaltered to the subscribers."""
     sub = connected(broker.port, f"{uid}-s")
     pub = connected(broker.port, f"{uid}-p")
     try:
-        _subscribed(sub, f"{uid}/req", 1)
+        subscribed(sub, f"{uid}/req", 1)
         props = Properties(response_topic=f"{uid}/reply/1", correlation_data=b"\x00corr")
         pub.send_packet(Publish(f"{uid}/req", b"x", qos=1, packet_id=3, properties=props))
         ack = pub.read_packet()
@@ -132,6 +139,7 @@ def _dropped(broker: BrokerProcess, reason: str) -> float:
     )
 
 
+@pytest.mark.spec("5:MQTT-4.3.3-9")
 def test_full_queue_of_an_offline_subscriber_is_quota_exceeded(
     start_broker: StartBroker, uid: str
 ) -> None:
@@ -143,7 +151,7 @@ def test_full_queue_of_an_offline_subscriber_is_quota_exceeded(
         f"{uid}-off", clean_start=True, properties=Properties(session_expiry_interval=300)
     )
     assert ack.reason_code == 0
-    _subscribed(offline, f"{uid}/t", 2)
+    subscribed(offline, f"{uid}/t", 2)
     offline.send_packet(Disconnect(0))
     offline.close()
     pub = connected(broker.port, f"{uid}-p")
@@ -170,7 +178,7 @@ def test_slow_subscriber_with_a_full_queue(start_broker: StartBroker, uid: str) 
     pub = connected(broker.port, f"{uid}-p")
     v311 = connected(broker.port, f"{uid}-p4", version=4)
     try:
-        _subscribed(slow, f"{uid}/t", 1)
+        subscribed(slow, f"{uid}/t", 1)
         for n in (1, 2, 3):
             pub.send_packet(Publish(f"{uid}/t", b"%d" % n, qos=1, packet_id=n))
             ack = pub.read_packet()
@@ -181,7 +189,7 @@ def test_slow_subscriber_with_a_full_queue(start_broker: StartBroker, uid: str) 
         assert isinstance(ack, Puback) and ack.packet_id == 9  # 3.1.1: no reason code to give
         assert _dropped(broker, "queue_full") == 2
         # one matching subscriber that takes it: success, though the slow one drops it
-        _subscribed(fast, f"{uid}/t", 1)
+        subscribed(fast, f"{uid}/t", 1)
         pub.send_packet(Publish(f"{uid}/t", b"5", qos=1, packet_id=5))
         ack = pub.read_packet()
         assert isinstance(ack, Puback) and ack.reason_code == 0
@@ -191,6 +199,7 @@ def test_slow_subscriber_with_a_full_queue(start_broker: StartBroker, uid: str) 
             raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-6")
 def test_forwarded_message_expiry_never_exceeds_the_sent_one(
     broker: BrokerProcess, uid: str
 ) -> None:
@@ -199,7 +208,7 @@ def test_forwarded_message_expiry_never_exceeds_the_sent_one(
     sub = connected(broker.port, f"{uid}-s")
     pub = connected(broker.port, f"{uid}-p")
     try:
-        _subscribed(sub, f"{uid}/#", 0)
+        subscribed(sub, f"{uid}/#", 0)
         sent = {f"{uid}/a": 3600, f"{uid}/b": 60}
         for n in range(300):
             topic = f"{uid}/a" if n % 2 else f"{uid}/b"

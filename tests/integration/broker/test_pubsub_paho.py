@@ -11,6 +11,14 @@ from tests.support.broker_process import BrokerProcess
 from tests.support.paho_client import V5, V311, PahoClient, props
 
 
+@pytest.mark.spec(
+    "5:MQTT-4.5.0-1",
+    "3:MQTT-4.5.0-1",
+    "5:MQTT-4.6.0-6",
+    "3:MQTT-4.6.0-6",
+    "5:MQTT-4.6.0-5",
+    "3:MQTT-4.6.0-5",
+)
 @pytest.mark.parametrize("version", [V5, V311], ids=["mqtt5", "mqtt311"])
 @pytest.mark.parametrize("qos", [0, 1, 2], ids=["qos0", "qos1", "qos2"])
 def test_roundtrip_each_qos(
@@ -33,6 +41,7 @@ def test_roundtrip_each_qos(
         pub.close()
 
 
+@pytest.mark.spec("5:MQTT-3.8.4-8")
 def test_qos_is_downgraded_to_the_subscription(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
     pub = PahoClient(broker.port, f"{uid}-p")
@@ -82,6 +91,13 @@ def test_hash_does_not_match_sys(broker: BrokerProcess, uid: str) -> None:
         sub.close()
 
 
+@pytest.mark.spec(
+    "5:MQTT-3.3.1-5",
+    "5:MQTT-3.3.1-6",
+    "5:MQTT-3.3.1-7",
+    "5:MQTT-3.3.1-9",
+    "5:MQTT-3.3.1-12",
+)
 def test_retained_set_replace_clear(broker: BrokerProcess, uid: str) -> None:
     pub = PahoClient(broker.port, f"{uid}-p")
     try:
@@ -109,6 +125,13 @@ def test_retained_set_replace_clear(broker: BrokerProcess, uid: str) -> None:
         pub.close()
 
 
+@pytest.mark.spec(
+    "5:MQTT-3.3.1-10",
+    "5:MQTT-3.3.1-11",
+    "5:MQTT-3.3.1-13",
+    "5:MQTT-3.8.4-3",
+    "5:MQTT-3.8.4-4",
+)
 def test_retain_handling_and_retain_as_published(broker: BrokerProcess, uid: str) -> None:
     pub = PahoClient(broker.port, f"{uid}-p")
     sub = PahoClient(broker.port, f"{uid}-s")
@@ -135,6 +158,7 @@ def test_retain_handling_and_retain_as_published(broker: BrokerProcess, uid: str
         sub.close()
 
 
+@pytest.mark.spec("5:MQTT-3.8.3-3")
 def test_no_local(broker: BrokerProcess, uid: str) -> None:
     client = PahoClient(broker.port, f"{uid}-c")
     try:
@@ -146,6 +170,7 @@ def test_no_local(broker: BrokerProcess, uid: str) -> None:
         client.close()
 
 
+@pytest.mark.spec("5:MQTT-3.3.4-3", "5:MQTT-3.3.4-4")
 def test_subscription_identifiers(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
     pub = PahoClient(broker.port, f"{uid}-p")
@@ -167,6 +192,14 @@ def test_subscription_identifiers(broker: BrokerProcess, uid: str) -> None:
         pub.close()
 
 
+@pytest.mark.spec(
+    "5:MQTT-3.3.2-4",
+    "5:MQTT-3.3.2-15",
+    "5:MQTT-3.3.2-16",
+    "5:MQTT-3.3.2-17",
+    "5:MQTT-3.3.2-18",
+    "5:MQTT-3.3.2-20",
+)
 def test_properties_pass_through(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
     pub = PahoClient(broker.port, f"{uid}-p")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.support.broker_process import BrokerProcess
 from tests.support.paho_client import PahoClient
 from tests.support.raw_client import RawClient
@@ -32,6 +34,7 @@ def _connect(port: int, client_id: str, clean: bool = True, expiry: int = 0) -> 
     return raw
 
 
+@pytest.mark.spec("5:MQTT-4.3.3-10")
 def test_inbound_qos2_duplicate_is_delivered_once(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
     sub.connect()
@@ -57,6 +60,7 @@ def test_inbound_qos2_duplicate_is_delivered_once(broker: BrokerProcess, uid: st
         sub.close()
 
 
+@pytest.mark.spec("5:MQTT-4.4.0-1", "5:MQTT-4.3.3-6", "5:MQTT-4.3.3-5")
 def test_outbound_qos2_pubrel_resent_after_reconnect(broker: BrokerProcess, uid: str) -> None:
     sub = _connect(broker.port, f"{uid}-s", expiry=60)
     sub.send_packet(Subscribe(1, [SubscriptionRequest(f"{uid}/t", 2)]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from paho.mqtt.packettypes import PacketTypes
 
 from tests.support.broker_process import BrokerProcess
@@ -15,6 +16,13 @@ def _expiry(seconds: int) -> object:
     return props(PacketTypes.CONNECT, SessionExpiryInterval=seconds)
 
 
+@pytest.mark.spec(
+    "5:MQTT-3.1.2-5",
+    "5:MQTT-3.1.2-23",
+    "5:MQTT-3.2.2-3",
+    "5:MQTT-4.6.0-6",
+    "5:MQTT-3.1.3-2",
+)
 def test_persistent_session_queues_while_offline(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
     sub.connect(clean_start=True, properties=_expiry(300))  # type: ignore[arg-type]
@@ -35,6 +43,7 @@ def test_persistent_session_queues_while_offline(broker: BrokerProcess, uid: str
         again.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.2-4", "5:MQTT-3.2.2-2")
 def test_clean_start_discards_the_session(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
     sub.connect(properties=_expiry(300))  # type: ignore[arg-type]
@@ -52,6 +61,7 @@ def test_clean_start_discards_the_session(broker: BrokerProcess, uid: str) -> No
         again.close()
 
 
+@pytest.mark.spec("5:MQTT-3.2.2-3")
 def test_session_expiry_zero_ends_at_disconnect(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
     sub.connect(properties=_expiry(0))  # type: ignore[arg-type]
@@ -64,6 +74,7 @@ def test_session_expiry_zero_ends_at_disconnect(broker: BrokerProcess, uid: str)
         again.close()
 
 
+@pytest.mark.spec("5:MQTT-4.1.0-2")
 def test_session_expires_after_interval(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s")
     sub.connect(properties=_expiry(1))  # type: ignore[arg-type]
@@ -77,6 +88,7 @@ def test_session_expires_after_interval(broker: BrokerProcess, uid: str) -> None
         again.close()
 
 
+@pytest.mark.spec("3:MQTT-3.1.2-4", "3:MQTT-3.1.2-5", "3:MQTT-3.2.2-2")
 def test_mqtt311_persistent_session(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s", V311)
     sub.connect(clean_start=False)
@@ -95,6 +107,7 @@ def test_mqtt311_persistent_session(broker: BrokerProcess, uid: str) -> None:
         again.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.4-3")
 def test_takeover_sends_session_taken_over(broker: BrokerProcess, uid: str) -> None:
     first = PahoClient(broker.port, f"{uid}-c")
     second = PahoClient(broker.port, f"{uid}-c")
@@ -108,6 +121,7 @@ def test_takeover_sends_session_taken_over(broker: BrokerProcess, uid: str) -> N
         second.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.3-6", "5:MQTT-3.1.3-7")
 def test_assigned_client_identifier(broker: BrokerProcess) -> None:
     client = PahoClient(broker.port, "")
     try:
@@ -118,6 +132,7 @@ def test_assigned_client_identifier(broker: BrokerProcess) -> None:
         client.close()
 
 
+@pytest.mark.spec("3:MQTT-3.1.3-8", "3:MQTT-3.2.2-5", "3:MQTT-3.1.3-9", "3:MQTT-3.2.2-4")
 def test_mqtt311_empty_id_without_clean_session_is_refused(broker: BrokerProcess) -> None:
     raw = RawClient(broker.port, version=4)
     try:
@@ -128,6 +143,7 @@ def test_mqtt311_empty_id_without_clean_session_is_refused(broker: BrokerProcess
         raw.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.2-8", "5:MQTT-3.14.4-3")
 def test_will_on_network_loss_not_on_normal_disconnect(broker: BrokerProcess, uid: str) -> None:
     watcher = PahoClient(broker.port, f"{uid}-w")
     watcher.connect()
@@ -148,6 +164,7 @@ def test_will_on_network_loss_not_on_normal_disconnect(broker: BrokerProcess, ui
         watcher.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.2-8")
 def test_disconnect_with_will_message(broker: BrokerProcess, uid: str) -> None:
     watcher = PahoClient(broker.port, f"{uid}-w")
     watcher.connect()
@@ -163,6 +180,7 @@ def test_disconnect_with_will_message(broker: BrokerProcess, uid: str) -> None:
         watcher.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.2-8", "5:MQTT-3.1.3-9")
 def test_will_delay_cancelled_by_reconnect(broker: BrokerProcess, uid: str) -> None:
     watcher = PahoClient(broker.port, f"{uid}-w")
     watcher.connect()
@@ -186,6 +204,7 @@ def test_will_delay_cancelled_by_reconnect(broker: BrokerProcess, uid: str) -> N
         watcher.close()
 
 
+@pytest.mark.spec("5:MQTT-3.1.2-22")
 def test_keep_alive_timeout_publishes_will(start_broker: object, uid: str) -> None:
     broker = start_broker()  # type: ignore[operator]
     watcher = PahoClient(broker.port, f"{uid}-w")
@@ -206,6 +225,7 @@ def test_keep_alive_timeout_publishes_will(start_broker: object, uid: str) -> No
         watcher.close()
 
 
+@pytest.mark.spec("5:MQTT-4.4.0-1", "5:MQTT-3.3.1-1", "5:MQTT-4.3.2-3")
 def test_inflight_resent_with_dup_after_reconnect(broker: BrokerProcess, uid: str) -> None:
     sub = PahoClient(broker.port, f"{uid}-s", V5, auto_ack=False)
     sub.connect(properties=_expiry(60))  # type: ignore[arg-type]

@@ -79,6 +79,7 @@ def _upgrade(port: int, path: str, protocol: str = "mqtt") -> bytes:
         return sock.recv(4096)
 
 
+@pytest.mark.spec("5:MQTT-6.0.0-4", "3:MQTT-6.0.0-4")
 @pytest.mark.parametrize(
     ("path", "protocol", "status"),
     [("/mqtt", "mqtt", b"101"), ("/other", "mqtt", b"404"), ("/mqtt", "chat", b"400")],

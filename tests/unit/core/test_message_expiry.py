@@ -24,6 +24,7 @@ def _message(interval: int, now: float) -> Message:
     return Message("t", b"x", 0, False, props, "pub", now)
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-6")
 @pytest.mark.parametrize("interval", [1, 60, 3600, 86_400])
 def test_never_forwarded_larger_than_sent(interval: int) -> None:
     """[MQTT-3.3.2-6] On the broker's clock at arbitrary fractions: the float sum
@@ -44,6 +45,7 @@ def test_the_known_rounding_case() -> None:
     assert _forwarded_interval(_message(60, 1000.003), 1000.003) == 60
 
 
+@pytest.mark.spec("5:MQTT-3.3.2-5", "5:MQTT-3.3.2-6")
 def test_remaining_counts_down_in_whole_seconds_and_never_expires_late() -> None:
     message = _message(10, 100.25)  # deadline: second 110 of the broker clock
     assert message.expires_at == 110 and isinstance(message.expires_at, int)

@@ -68,8 +68,22 @@ def test_empty_client_id_is_assigned_in_mqtt5() -> None:
         (Connect(protocol_name="MQIsdp", protocol_version=3, client_id="x" * 24), 0x85),
         (Connect(client_id="c", will=Will("w", b"", qos=2)), 0x9B),
         (Connect(client_id="c", will=Will("w", b"", retain=True)), 0x9A),
+        (Connect(client_id="c", will=Will("w/+", b"")), 0x90),
+        (Connect(client_id="c", will=Will("#", b"")), 0x90),
+        (Connect(client_id="c", will=Will("", b"")), 0x90),
+        (Connect(protocol_version=4, client_id="c", will=Will("w/#", b"")), 0x82),
     ],
-    ids=["v311-empty-persistent", "v31-empty", "v31-too-long", "will-qos", "will-retain"],
+    ids=[
+        "v311-empty-persistent",
+        "v31-empty",
+        "v31-too-long",
+        "will-qos",
+        "will-retain",
+        "will-topic-plus",
+        "will-topic-hash",
+        "will-topic-empty",
+        "v311-will-topic-wildcard",
+    ],
 )
 def test_refusals(connect: Connect, code: int) -> None:
     limits = ServerLimits(maximum_qos=1, retain_available=False)
