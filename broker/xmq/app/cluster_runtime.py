@@ -113,6 +113,7 @@ class ClusterRuntime:
             cluster.lease_ttl_s,
             self._offline,
             self._online,
+            self.broker.fence,
         )
         deadline = asyncio.get_running_loop().time() + 30
         while True:

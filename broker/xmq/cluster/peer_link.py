@@ -34,6 +34,8 @@ class PeerLink(asyncio.Protocol):
     __slots__ = (
         "_ack_scheduled",
         "_decoder",
+        "_fence",
+        "_held",
         "_out",
         "_reading",
         "_scheduled",
@@ -60,6 +62,8 @@ class PeerLink(asyncio.Protocol):
         self.peer_epoch = 0
         self.closed = False
         self._decoder = FrameDecoder()
+        self._fence = hub.broker.fence
+        self._held: list[bytes] = []
         self._out: list[bytes] = []
         self._scheduled = False
         # shared-group messages sent and not yet confirmed: re-dispatched if the link dies
@@ -88,6 +92,12 @@ class PeerLink(asyncio.Protocol):
         self.send(hello(identity.node_id, identity.epoch))
 
     def data_received(self, data: bytes) -> None:
+        fence = self._fence
+        if self.hub.broker.now() >= fence.deadline:  # the lease is not proven: hold the frames
+            if not self._held:
+                fence.hold(self._release_held)
+            self._held.append(data)
+            return
         self._reading = True  # the confirmation of this read's frames starts once it is done
         try:
             frames = self._decoder.feed(data)
@@ -107,6 +117,13 @@ class PeerLink(asyncio.Protocol):
             self._reading = False
         if self.ack_due:
             link_dispatch.confirm(self.hub, self)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        for data in held:
+            if self.closed:  # offline meanwhile: the peer appends what we never confirmed
+                return
+            self.data_received(data)
 
     @property
     def reading(self) -> bool:

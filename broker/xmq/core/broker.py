@@ -28,6 +28,7 @@ from xmq.core.cluster_ports import (
 )
 from xmq.core.deadline_wheel import DeadlineWheel
 from xmq.core.held_acks import AckGate
+from xmq.core.lease_fence import LeaseFence
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.settings import CoreSettings
@@ -65,6 +66,8 @@ class Broker(AuthEvents):
         self.deadlines = DeadlineWheel(lambda: self.loop)  # keep alive, connect timeouts
         # Cluster ports (xmq.app wires them when Redis is configured; None on a single node).
         self.identity: NodeIdentity | None = None
+        # Reads are held while this node cannot prove its lease (never without a cluster).
+        self.fence = LeaseFence()
         self.directory: SessionDirectory | None = None
         self.cluster: ClusterRouter | None = None
         self.store: DurableStore | None = None

@@ -59,6 +59,8 @@ class MqttClientProtocol(asyncio.Protocol):
     __slots__ = (
         "_clock",
         "_closing",
+        "_fence",
+        "_held",
         "_linger",
         "_out",
         "_paused_writing",
@@ -94,6 +96,8 @@ class MqttClientProtocol(asyncio.Protocol):
         self.congested = False
         self._write_limit = broker.settings.max_write_buffer_bytes
         self._clock = broker.loop.time
+        self._fence = broker.fence
+        self._held: list[bytes] = []
         self._stats = broker.stats
         self.reader = PacketReader(max_packet_size)
         self.peer = "-"
@@ -120,8 +124,12 @@ class MqttClientProtocol(asyncio.Protocol):
             self.on_made(self, transport)
 
     def data_received(self, data: bytes) -> None:
+        now = self._clock()
+        if now >= self._fence.deadline:  # the lease is not proven: act on nothing read
+            self._hold(data)
+            return
         conn = self.conn
-        conn.last_seen = self._clock()
+        conn.last_seen = now
         self._stats.bytes_received += len(data)
         if conn.state == CONNECTED and not self.reader.pending:
             first = data[0]
@@ -152,6 +160,19 @@ class MqttClientProtocol(asyncio.Protocol):
             if self._closing:
                 return
             conn.handle(packet)
+
+    def _hold(self, data: bytes) -> None:
+        """Keep bytes read while the lease is not proven (``core.lease_fence``)."""
+        if not self._held:
+            self._fence.hold(self._release_held)
+        self._held.append(data)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        for data in held:
+            if self._closing:  # the node went offline meanwhile: nothing was acknowledged
+                return
+            self.data_received(data)
 
     def wheel_due(self, now: float) -> float | None:
         """The broker's deadline wheel: this connection's connect timeout is due."""
