@@ -115,6 +115,13 @@ class ClusterRuntime:
             self._online,
             self.broker.fence,
         )
+        membership = self.membership
+
+        def peer_alive(node: str, epoch: int) -> bool:
+            lease = membership.peers.get(node)
+            return lease is not None and lease.epoch == epoch
+
+        self.hub.peer_alive = peer_alive
         deadline = asyncio.get_running_loop().time() + 30
         while True:
             try:

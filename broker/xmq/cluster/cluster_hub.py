@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import logging
 import ssl
+from collections import deque
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_dispatch
@@ -26,7 +27,7 @@ from xmq.cluster.link_frames import BodyReader
 from xmq.cluster.link_tls import LinkTls, TlsLinkServer, log_refused
 from xmq.cluster.link_wait import LinkWait
 from xmq.cluster.orphan_appends import OrphanAppends
-from xmq.cluster.peer_link import PeerLink
+from xmq.cluster.peer_link import PeerLink, Unconfirmed
 from xmq.cluster.route_table import RouteTable
 from xmq.cluster.takeover import Takeovers, sub_flags
 from xmq.codec.reason_codes import ReasonCode
@@ -41,6 +42,11 @@ if TYPE_CHECKING:
     from xmq.core.session import Session, Subscription
 
 log = logging.getLogger("xmq.cluster")
+
+HEARTBEAT_INTERVAL_S = 1.0
+HEARTBEAT_TIMEOUT_S = 5.0
+"""A link (both ends with FEATURE_HEARTBEAT) on which nothing arrived for this long is closed:
+a half-open link is noticed in seconds, not when TCP gives up."""
 
 
 class ClusterHub:
@@ -73,6 +79,14 @@ class ClusterHub:
         self.link_wait = LinkWait(self.orphans.append_for, identity.lease_ttl_s + 5.0)
         # Told the topic of each retained change a peer sends (while retained messages load).
         self.on_retained: Callable[[str], None] | None = None
+        # Whether a run of a node holds its lease (membership's last read; wired by the app).
+        # A link to a live run that drops is dialled again and resumed, not orphaned.
+        self.peer_alive: Callable[[str, int], bool] = lambda node, epoch: False
+        self.addresses: dict[str, str] = {}  # node id -> link address (from the leases)
+        self.links_resumed = 0
+        self.links_given_up = 0
+        self.heartbeat_timeouts = 0
+        self._heartbeat: asyncio.Task[None] | None = None
 
     # -- links ------------------------------------------------------------------------------
 
@@ -90,8 +104,13 @@ class ClusterHub:
     def connect_peers(self, peers: dict[str, str]) -> None:
         """Dial every live peer (node id -> address) with a larger id that is not linked."""
         me = self.identity.node_id
+        self.addresses.update(peers)
         if not self.identity.online:
             return
+        if self._heartbeat is None:
+            self._heartbeat = asyncio.get_running_loop().create_task(
+                self._beat(), name="link-heartbeat"
+            )
         for node, address in peers.items():
             if node <= me or node in self.links or node in self._dialing:
                 continue
@@ -140,25 +159,69 @@ class ClusterHub:
         if not self.identity.online or node == self.identity.node_id:
             link.close()
             return
+        bits = features[0] if features else 0
+        link.shared_counted = bool(bits & frames.FEATURE_SHARED_COUNTED)
+        link.resumable = bool(bits & frames.FEATURE_RESUME)
+        link.heartbeat = bool(bits & frames.FEATURE_HEARTBEAT)
         existing = self.links.get(node)
+        resumed = False
         if existing is not None and existing is not link:
             if existing.peer_epoch > epoch:
                 link.close()
                 return
-            self._drop_link(existing, orphan=existing.peer_epoch < epoch)
+            if existing.peer_epoch == epoch and existing.resumable and link.resumable:
+                self._settle_link(existing)  # (a half-open link we had not seen drop)
+                link.inherit(existing)
+                resumed = True
+            else:
+                self._drop_link(existing, orphan=existing.peer_epoch < epoch)
             existing.close()
         link.peer_node = node
         link.peer_epoch = epoch
-        link.shared_counted = bool(features) and bool(features[0] & frames.FEATURE_SHARED_COUNTED)
         self.links[node] = link
         self._all_links.add(link)
-        log.info("link up: %s (epoch %d)", node, epoch)
+        if link.resumable:
+            # Counted frames wait for the peer's RESUME; ours tells it where we are.
+            link.resuming = True
+            link.send(frames.resume(link.published_in))
+            if link.published_in and not link.ack_pending:  # confirm what the old link had
+                link.ack_pending = link.ack_due = True
+                if not link.reading:
+                    asyncio.get_running_loop().call_soon(link_dispatch.confirm, self, link)
+        if resumed:
+            self.links_resumed += 1
+            log.warning("link to %s (epoch %d) re-established: resuming", node, epoch)
+        else:
+            log.info("link up: %s (epoch %d)", node, epoch)
         self._send_snapshot(link)
         for client_id, message, qos, hold in self.link_wait.take((node, epoch)):
             data = frames.direct(client_id, self.encode(message, qos, False))
             link.send_direct(data, client_id, message, qos, hold)
             if hold is not None:
                 hold.release()  # the link holds it now
+
+    def link_resume(self, link: PeerLink, handled: int) -> None:
+        """The peer's RESUME: send again, in order, what it has not handled."""
+        if not link.resuming:
+            return
+        again = link.resend_from(handled, lambda entry: self._frame_again(link, entry))
+        if again:
+            log.warning("link to %s: %d frames sent again after a re-link", link.peer_node, again)
+
+    def _frame_again(self, link: PeerLink, entry: Unconfirmed) -> bytes | None:
+        _, message, _, what = entry
+        if what is None:
+            return frames.publish(self.encode(message, message.qos, message.retain))
+        if isinstance(what, int):
+            shared = link.shared_out.get(what)
+            if shared is None:
+                return None
+            group, topic_filter, _ = shared
+            return frames.shared(
+                what, group, topic_filter, self.encode(message, message.qos, False)
+            )
+        client_id, qos = what
+        return frames.direct(client_id, self.encode(message, qos, False))
 
     def _send_snapshot(self, link: PeerLink) -> None:
         for topic_filter in self._filters:
@@ -174,9 +237,67 @@ class ClusterHub:
 
     def link_lost(self, link: PeerLink) -> None:
         self._all_links.discard(link)
-        if link.peer_node and self.links.get(link.peer_node) is link:
-            log.info("link down: %s", link.peer_node)
+        node = link.peer_node
+        if not node or self.links.get(node) is not link:
+            return
+        if link.resumable and self.identity.online and self.peer_alive(node, link.peer_epoch):
+            # Both nodes hold their leases: a dropped connection, not a dead node. Nothing is
+            # orphaned; the link is dialled again and resumed (frames for the node are kept).
+            log.warning(
+                "link to %s (epoch %d) lost, its lease is live: re-linking", node, link.peer_epoch
+            )
+            link.resuming = True
+            self._settle_link(link)
+            self.spawn(self._relink(link))
+            return
+        log.info("link down: %s", node)
+        self._drop_link(link, orphan=True)
+
+    async def _relink(self, link: PeerLink) -> None:
+        """Dial a dropped link to a live run again (the node with the smaller id dials), until
+        a new link replaces it; give up — the run is dead: orphan — when its lease goes, its
+        link port refuses connections, or after the lease TTL + 2 s."""
+        loop = asyncio.get_running_loop()
+        node, epoch = link.peer_node, link.peer_epoch
+        deadline = loop.time() + self.identity.lease_ttl_s + 2.0
+        why = ""
+        while self.links.get(node) is link:
+            address = self.addresses.get(node, "")
+            if not self.identity.online:
+                why = "this node is offline"
+            elif not self.peer_alive(node, epoch):
+                why = "its lease is gone"
+            elif loop.time() > deadline:
+                why = f"not re-linked within {self.identity.lease_ttl_s + 2.0:.1f}s"
+            elif not address or not await self.reachable(address):
+                why = "its link port refuses connections"
+            elif self.identity.node_id < node and node not in self._dialing:
+                self._dialing.add(node)
+                await self._dial(node, address)
+                continue
+            if why:
+                break
+            await asyncio.sleep(0.2)
+        if why and self.links.get(node) is link:
+            self.links_given_up += 1
+            log.warning("link to %s (epoch %d) given up: %s", node, epoch, why)
             self._drop_link(link, orphan=True)
+
+    def _settle_link(self, link: PeerLink) -> None:
+        """A link that dropped (or was replaced) while its node lives: its shared-group
+        messages go to other members now (as when a node dies); PUBLISH and DIRECT frames
+        stay kept for the next link to that run."""
+        shared_holds: dict[int, DurableHold] = {}
+        kept: deque[Unconfirmed] = deque()
+        for entry in link.take_unconfirmed():
+            what = entry[3]
+            if isinstance(what, int):
+                if entry[2] is not None:
+                    shared_holds[what] = entry[2]
+            else:
+                kept.append(entry)
+        link.unconfirmed = kept
+        self._settle_shared(link, shared_holds)
 
     def _drop_link(self, link: PeerLink, orphan: bool) -> None:
         if self.links.get(link.peer_node) is link:
@@ -203,6 +324,9 @@ class ClusterHub:
                 self.orphans.append_for(dead, (client_id, message, qos, hold))
             if hold is not None:
                 hold.release()
+        self._settle_shared(link, shared_holds)
+
+    def _settle_shared(self, link: PeerLink, shared_holds: dict[int, DurableHold]) -> None:
         pending, link.shared_out = link.shared_out, {}
         for sequence, (group, topic_filter, message) in pending.items():
             hold = shared_holds.pop(sequence, None)
@@ -211,6 +335,27 @@ class ClusterHub:
                 hold.release()
         for hold in shared_holds.values():  # acknowledged by the member, not yet confirmed
             hold.release()
+
+    async def _beat(self) -> None:
+        """PING every link once a second; abort one not heard for the heartbeat timeout."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
+            now = loop.time()
+            for link in list(self.links.values()):
+                if not link.heartbeat or link.closed:
+                    continue
+                silent = now - link.last_heard
+                if silent > HEARTBEAT_TIMEOUT_S and now < self.broker.fence.deadline:
+                    self.heartbeat_timeouts += 1
+                    log.warning(
+                        "link to %s: nothing heard for %.1fs (heartbeat): closing it",
+                        link.peer_node,
+                        silent,
+                    )
+                    link.abort()
+                else:
+                    link.send(frames.PING_FRAME)
 
     def _redispatch_shared(
         self,
@@ -245,6 +390,8 @@ class ClusterHub:
             link.close()
 
     async def stop(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.cancel()
         if self._server is not None:
             self._server.close()
         self.close_links()
@@ -377,7 +524,7 @@ class ClusterHub:
                 return False
             node = picked[0]
             link = self.links.get(node)
-            if link is not None:
+            if link is not None and not link.closed:
                 record = self.encode(message, message.qos, False)
                 link.shared_seq = sequence = (link.shared_seq + 1) & 0xFFFFFFFF
                 link.shared_out[sequence] = (group, topic_filter, message)

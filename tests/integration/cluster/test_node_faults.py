@@ -9,7 +9,9 @@ QoS. Lease TTL 2 s keeps each fault short.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -18,6 +20,7 @@ import pytest
 from tests.support.cluster_nodes import ClusterNodes, wait_for
 from tests.support.paho_fault_load import FaultLoad
 from tests.support.redis_server import RedisServer
+from xmq.contract import ClusterKeys, NodeLease
 
 pytestmark = pytest.mark.integration
 
@@ -88,3 +91,68 @@ def test_a_paused_node_that_keeps_its_lease_resumes_its_buffered_reads(
     assert result.acknowledged > 300, result
     assert result.missing == 0, result
     assert result.qos2_duplicates == 0, result
+
+
+def _link_port(redis_server: RedisServer, cluster: str, node_id: str) -> int:
+    client = redis_server.client()
+    try:
+        raw = client.get(ClusterKeys(cluster).lease(node_id))
+    finally:
+        client.close()
+    assert raw is not None
+    return int(NodeLease.from_json(raw).address.rpartition(":")[2])
+
+
+def _reset_link(port: int) -> None:
+    """Abort the dialling side of the link to ``port`` (the other side gets a RST)."""
+    subprocess.run(
+        ["ss", "-K", "dst", "127.0.0.1", "dport", "=", str(port)],
+        check=False,
+        capture_output=True,
+    )
+
+
+def _queued(redis_server: RedisServer, cluster: str, client_ids: list[str]) -> int:
+    keys = ClusterKeys(cluster)
+    client = redis_server.client()
+    try:
+        return sum(int(client.llen(keys.session_queue(c))) for c in client_ids)
+    finally:
+        client.close()
+
+
+def test_a_reset_link_between_two_live_nodes_loses_and_strands_nothing(
+    nodes: ClusterNodes, redis_server: RedisServer, uid: str
+) -> None:
+    """Reset the node-1 -> node-2 link three times under load (``ss -K``, a RST both ways).
+
+    Both nodes keep their leases: the link is dialled again and what node 2 had not confirmed
+    is sent again on the new link. No message goes to the Redis queue of a session that is
+    attached and live on node 2, where it would wait until its subscriber moved.
+    """
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) missing")
+    port = _link_port(redis_server, nodes.cluster, "node-2")
+    load = FaultLoad([nodes.port(i) for i in (1, 2, 3)], uid)
+    try:
+        load.start()
+        for _ in range(3):
+            time.sleep(1.5)
+            _reset_link(port)
+        time.sleep(2.0)
+        load.stop_publishing()
+        result = load.count(timeout=20)
+        subscribers = [sub.client_id for sub in load.subscribers]
+        stranded = _queued(redis_server, nodes.cluster, subscribers)
+        reconnects = sum(sub.connects - 1 for sub in load.subscribers)
+    finally:
+        load.close()
+    logs = nodes.nodes[1].log() + nodes.nodes[2].log()
+    assert "re-established: resuming" in logs, logs[-3000:]
+    assert "given up" not in logs, logs[-3000:]
+    print(result, f"stranded {stranded}, subscriber reconnects {reconnects}")
+    assert result.acknowledged > 500, result
+    assert reconnects == 0, result  # the clients never noticed
+    assert result.missing == 0, result
+    assert result.qos2_duplicates == 0, result
+    assert stranded == 0, result
