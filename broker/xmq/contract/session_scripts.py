@@ -321,7 +321,7 @@ def append_if_owner(
         writer_node,
         str(writer_epoch),
     )
-    session_keys = (keys.session_owner(client_id), keys.session_queue(client_id))
+    session_keys: tuple[str, ...] = (keys.session_owner(client_id), keys.session_queue(client_id))
     if forward_id:
         session_keys += (keys.session_seen(client_id, forward_id),)
     return APPEND_IF_OWNER, session_keys, args
