@@ -133,16 +133,7 @@ class ClusterRuntime:
                     raise
                 log.warning("waiting for redis: %s", error)
                 await asyncio.sleep(0.5)
-        try:
-            async with asyncio.timeout(10):
-                orphans = await load_orphans(
-                    self.lease_client, self.keys, self.hub.table, self.pending_orphans
-                )
-            await self._adopt_pending()
-            if orphans:
-                log.info("%d persistent sessions of dead owners: queued in Redis", orphans)
-        except (RedisError, OSError, TimeoutError, ValueError) as error:
-            log.warning("could not preload orphaned sessions: %s", error)
+        await self._load_orphans()
         for text in (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER, SET_RETAINED):
             await self.lease_client.script_load(text)  # first claims need no EVAL fallback
         broker = self.broker
@@ -215,6 +206,24 @@ class ClusterRuntime:
             if node not in self.hub.links:
                 del missing[node]
 
+    async def _load_orphans(self) -> None:
+        """Persistent sessions of dead owner runs (this node's previous run included): their
+        messages published here go to their Redis queues until a node claims them."""
+        try:
+            async with asyncio.timeout(10):
+                orphans = await load_orphans(
+                    self.lease_client, self.keys, self.hub.table, self.pending_orphans
+                )
+            await self._adopt_pending()
+            if orphans:
+                log.info("%d persistent sessions of dead owners: queued in Redis", orphans)
+        except (RedisError, OSError, TimeoutError, ValueError) as error:
+            log.warning("could not load orphaned sessions: %s", error)
+
+    async def _rejoined(self) -> None:
+        await self._load_orphans()
+        await self._load_retained()
+
     async def _adopt_pending(self) -> None:
         """Sessions of owners seen with a lease at start: orphans once the owner is gone."""
         peers = self.membership.peers if self.membership is not None else {}
@@ -238,10 +247,12 @@ class ClusterRuntime:
         log.warning("node %s back online (epoch %d)", self.identity.node_id, self.identity.epoch)
         self.hub.close_links()  # links re-form with the new epoch
         # Retained changes made while this node was offline are in Redis: read them again.
+        # Its previous run's persistent sessions are orphans now (their clients were
+        # disconnected): messages published here for them go to their queues, not 0x10.
         self.retained.begin_load()
         if self._reload_task is None or self._reload_task.done():
             self._reload_task = asyncio.get_running_loop().create_task(
-                self._load_retained(), name="retained-reload"
+                self._rejoined(), name="rejoin-reload"
             )
 
     async def _load_retained(self) -> None:

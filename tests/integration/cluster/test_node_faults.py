@@ -16,13 +16,17 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from paho.mqtt.packettypes import PacketTypes
 
 from tests.support.cluster_nodes import ClusterNodes, wait_for
+from tests.support.paho_client import PahoClient, props
 from tests.support.paho_fault_load import FaultLoad
 from tests.support.redis_server import RedisServer
 from xmq.contract import ClusterKeys, NodeLease
 
 pytestmark = pytest.mark.integration
+
+EXPIRY = props(PacketTypes.CONNECT, SessionExpiryInterval=3600)
 
 
 @pytest.fixture
@@ -156,3 +160,45 @@ def test_a_reset_link_between_two_live_nodes_loses_and_strands_nothing(
     assert result.missing == 0, result
     assert result.qos2_duplicates == 0, result
     assert stranded == 0, result
+
+
+def test_a_node_back_online_queues_messages_for_its_previous_run_s_sessions(
+    nodes: ClusterNodes, redis_server: RedisServer, uid: str
+) -> None:
+    """Node 3 loses its lease (cleared, as after a Redis outage) and rejoins under a new epoch:
+    its clients were disconnected and its sessions forgotten. A publisher back on node 3 before
+    the subscriber gets PUBACK 0x00, not 0x10, and the subscriber finds every message."""
+    port = nodes.port(3)
+    topic = f"rejoin/{uid}"
+    sub = PahoClient(port, f"{uid}-sub")
+    sub.connect(clean_start=True, properties=EXPIRY)
+    sub.subscribe(topic, 1)
+    client = redis_server.client()
+    lease_key = ClusterKeys(nodes.cluster).lease("node-3")
+    old = NodeLease.from_json(client.get(lease_key) or b"")
+    client.delete(lease_key)
+    assert sub.disconnects.get(timeout=10).reason == 0x89  # offline: every client closed
+    sub.close()
+    wait_for(
+        lambda: (
+            (raw := client.get(lease_key)) is not None
+            and NodeLease.from_json(raw).epoch > old.epoch
+        ),
+        10,
+        "node 3 back under a new epoch",
+    )
+    client.close()
+    pub = PahoClient(port, f"{uid}-pub")
+    try:
+        wait_for(lambda: pub.connect(timeout=5).reason == 0, 10, "CONNECT accepted")
+        reasons = [pub.publish(topic, f"{n}".encode(), qos=1, wait=True) for n in range(20)]
+    finally:
+        pub.close()
+    assert reasons == [0] * 20  # not 0x10 "no matching subscribers"
+    again = PahoClient(port, f"{uid}-sub")
+    try:
+        assert again.connect(clean_start=False, properties=EXPIRY).session_present
+        got = sorted(int(m.payload) for m in again.expect(20, timeout=15))
+    finally:
+        again.close()
+    assert got == list(range(20))
