@@ -179,19 +179,24 @@ class FaultCount:
 
 
 class FaultLoad:
-    """Per node and QoS: one persistent subscriber and one publisher (``rate`` msg/s)."""
+    """Per node and QoS: ``subscribers`` persistent subscribers and one publisher
+    (``rate`` msg/s)."""
 
-    def __init__(self, ports: list[int], run_id: str, rate: float = 15.0) -> None:
+    def __init__(
+        self, ports: list[int], run_id: str, rate: float = 15.0, subscribers: int = 1
+    ) -> None:
         self.clients: list[FaultClient] = []
         self.subscribers: list[FaultClient] = []
         self.publishers: list[FaultClient] = []
         for node in range(len(ports)):
             for qos in (1, 2):
                 topic = f"fault/{run_id}/q{qos}"
-                sub = FaultClient(f"s{qos}-{node}-{run_id}", ports, node, qos, topic, False)
+                for n in range(subscribers):
+                    self.subscribers.append(
+                        FaultClient(f"s{qos}-{node}-{n}-{run_id}", ports, node, qos, topic, False)
+                    )
                 pub = FaultClient(f"p{qos}-{node}-{run_id}", ports, node, qos, topic, True)
                 pub.rate = rate
-                self.subscribers.append(sub)
                 self.publishers.append(pub)
         self.clients = self.subscribers + self.publishers
 

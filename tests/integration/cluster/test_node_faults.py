@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -19,6 +20,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 
 from tests.support.cluster_nodes import ClusterNodes, wait_for
+from tests.support.http_probe import wait_port
 from tests.support.paho_client import PahoClient, props
 from tests.support.paho_fault_load import FaultLoad
 from tests.support.redis_server import RedisServer
@@ -202,3 +204,49 @@ def test_a_node_back_online_queues_messages_for_its_previous_run_s_sessions(
     finally:
         again.close()
     assert got == list(range(20))
+
+
+@pytest.fixture
+def drainable(redis_server: RedisServer, uid: str) -> Iterator[ClusterNodes]:
+    """Three nodes; node 3 serves ``/admin/drain`` (its HTTP endpoint on)."""
+    cluster = ClusterNodes(redis_server, f"drain-{uid}")
+    try:
+        cluster.start(1)
+        cluster.start(2)
+        cluster.start(3, env={"XMQ_METRICS__ENABLED": "true"})
+        cluster.wait_linked(3)
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+def test_a_drained_node_hands_every_session_over_with_nothing_lost(
+    drainable: ClusterNodes, uid: str
+) -> None:
+    """``xmq drain`` of node 3 under load: its clients are sent away (0x8B), reconnect to the
+    other nodes and take their sessions over from it while every node's publishers go on."""
+    nodes = drainable
+    http_port = wait_port(nodes.nodes[3], "metrics")
+    load = FaultLoad([nodes.port(i) for i in (3, 1, 2)], uid, rate=10, subscribers=3)
+    try:
+        load.start()
+        time.sleep(2.0)
+        drain = subprocess.run(
+            [sys.executable, "-m", "xmq", "drain", "--url", f"http://127.0.0.1:{http_port}"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert drain.returncode == 0, drain.stderr
+        time.sleep(4.0)
+        load.stop_publishing()
+        result = load.count()
+        moved = sum(sub.connects - 1 for sub in load.subscribers)
+    finally:
+        load.close()
+    print(result, f"subscriber reconnects {moved}")
+    assert moved >= 6, result  # node 3's subscribers moved
+    assert result.acknowledged > 300, result
+    assert result.missing == 0, result
+    assert result.qos2_duplicates == 0, result
