@@ -55,7 +55,9 @@ class ClusterRuntime:
         self.broker = broker
         cluster = config.cluster
         self.keys = ClusterKeys(cluster.name)
-        self.identity = NodeIdentity(config.node_id, lease_ttl_s=cluster.lease_ttl_s)
+        self.identity = NodeIdentity(
+            config.node_id, lease_ttl_s=cluster.lease_ttl_s, connect_wait_s=cluster.connect_wait_s
+        )
         timeout = max(0.5, cluster.lease_ttl_s / 3)  # a busy loop reads replies late
         self.lease_client = aioredis.Redis.from_url(
             redis_url, socket_timeout=timeout, socket_connect_timeout=timeout

@@ -43,14 +43,14 @@ class Takeovers:
     async def request(self, owner: tuple[str, int], client_id: str) -> bool:
         hub = self.hub
         link = hub.links.get(owner[0])
-        if link is None or link.peer_epoch != owner[1]:
-            return False
+        if link is None or link.closed or link.peer_epoch != owner[1]:
+            return False  # not linked (a dropped link being dialled again: asked next round)
         request = next(self._requests)
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._futures[request] = future
         link.send(frames.takeover(request, client_id, owner[1]))
         try:
-            async with asyncio.timeout(max(2.0, hub.identity.lease_ttl_s)):
+            async with asyncio.timeout(max(1.0, min(hub.identity.lease_ttl_s, 3.0))):
                 return await future
         except TimeoutError:
             return False

@@ -3,7 +3,8 @@
 The common case is one ``CLAIM_SESSION`` round trip (batched with the other connects of the
 same loop tick). When a live node owns the session, it is asked over the node link to close
 the client (0x8E) and hand the session over; the claim is then repeated, expecting that owner.
-An owner that cannot be reached is waited out until its lease expires.
+An owner that cannot be reached is waited out until its lease expires, for at most
+``cluster.connect_wait_s``; then CONNACK 0x88 (Server unavailable), which clients retry.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
     durable = terms.session_expiry_s > 0
     expected: tuple[str, int] | None = None
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + identity.lease_ttl_s + 2.0
+    deadline = loop.time() + identity.connect_wait_s
     rounds = 0
     while True:
         local = broker.sessions.get(client_id)
@@ -75,7 +76,10 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
             continue
         expected = None
         if loop.time() >= deadline:
-            raise ClusterUnavailableError(f"session owned by unreachable node {result.owner[0]}")
+            raise ClusterUnavailableError(
+                f"session owned by node {result.owner[0]} (epoch {result.owner[1]}), not reachable"
+                f" within {identity.connect_wait_s:.1f}s (its lease has not expired): retry"
+            )
         await asyncio.sleep(max(0.05, identity.lease_ttl_s / 10))
 
 

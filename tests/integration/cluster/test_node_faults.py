@@ -250,3 +250,32 @@ def test_a_drained_node_hands_every_session_over_with_nothing_lost(
     assert result.acknowledged > 300, result
     assert result.missing == 0, result
     assert result.qos2_duplicates == 0, result
+
+
+def test_a_connect_waiting_for_an_unreachable_owner_is_refused_before_client_timeouts(
+    redis_server: RedisServer, uid: str
+) -> None:
+    """The session's owner is paused (its 10 s lease still valid): a CONNECT for it on another
+    node gets CONNACK 0x88 after ``cluster.connect_wait_s`` (2 s here), long before the common
+    10 s client timeout, instead of waiting the lease out; the client retries later."""
+    cluster = ClusterNodes(redis_server, f"wait-{uid}", lease_ttl_s=10.0)
+    try:
+        for index in (1, 2):
+            cluster.start(index, env={"XMQ_CLUSTER__CONNECT_WAIT_S": "2"})
+        cluster.wait_linked(2)
+        owner = PahoClient(cluster.port(2), f"{uid}-c")
+        owner.connect(clean_start=True, properties=EXPIRY)
+        os.kill(cluster.nodes[2].proc.pid, signal.SIGSTOP)
+        try:
+            again = PahoClient(cluster.port(1), f"{uid}-c")
+            started = time.monotonic()
+            result = again.connect(clean_start=False, properties=EXPIRY, timeout=15)
+            waited = time.monotonic() - started
+            again.close()
+        finally:
+            os.kill(cluster.nodes[2].proc.pid, signal.SIGCONT)
+        owner.close()
+    finally:
+        cluster.stop_all()
+    assert result.reason == 0x88, result
+    assert 1.5 < waited < 8.0, waited
