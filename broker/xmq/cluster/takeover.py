@@ -72,6 +72,9 @@ class Takeovers:
             if client_id not in broker.claiming:
                 break
             await asyncio.sleep(0.005)
+        if client_id in broker.claiming:
+            # Still in flight: its reply predates this takeover and must not be applied.
+            broker.revoked_claims.add(client_id)
         session = broker.sessions.get(client_id)
         if session is not None:
             durable = session.store is not None

@@ -75,6 +75,9 @@ class Broker(AuthEvents):
         # Publishers' acks held until their records are written (max_queued_writes 0).
         self.acks: AckGate | None = None
         self.claiming: dict[str, int] = {}  # client ids with a cluster claim in progress
+        # client ids handed over to another node while a claim of them was in flight here:
+        # that claim's reply predates the takeover and must not be applied
+        self.revoked_claims: set[str] = set()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

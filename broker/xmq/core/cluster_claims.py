@@ -55,13 +55,19 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
                 expected=expected,
             )
         finally:  # runs right before the caller attaches (no await in between)
+            revoked = client_id in broker.revoked_claims
             left = claiming[client_id] - 1
             if left:
                 claiming[client_id] = left
             else:
                 del claiming[client_id]
+                broker.revoked_claims.discard(client_id)
         if not identity.online:
             raise ClusterUnavailableError("node went offline")
+        if revoked:
+            # Another node took the session over (TAKEOVER) while this claim's reply was on its
+            # way: the takeover is the later event, so this connection does not get it.
+            raise ClusterUnavailableError("session taken over by another node during the claim")
         if result.outcome != ClaimOutcome.OWNED_ELSEWHERE:
             if broker.sessions.get(client_id) is not None:
                 return None  # the in-memory session is newer than any stored copy

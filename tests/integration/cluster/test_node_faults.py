@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -279,3 +280,43 @@ def test_a_connect_waiting_for_an_unreachable_owner_is_refused_before_client_tim
         cluster.stop_all()
     assert result.reason == 0x88, result
     assert 1.5 < waited < 8.0, waited
+
+
+def test_the_same_client_id_on_two_nodes_at_once_leaves_one_live_connection(
+    nodes: ClusterNodes, uid: str
+) -> None:
+    """20 rounds: one client id connects to node 1 and node 2 at the same instant. Exactly one
+    connection stays; the other is closed with DISCONNECT 0x8E (session taken over)."""
+    problems: list[str] = []
+    for round_no in range(20):
+        client_id = f"{uid}-twin-{round_no}"
+        clients = [PahoClient(nodes.port(i), client_id) for i in (1, 2)]
+        barrier = threading.Barrier(2)
+        results: list[object] = [None, None]
+
+        def connect(
+            index: int,
+            client: PahoClient,
+            barrier: threading.Barrier = barrier,
+            results: list[object] = results,
+        ) -> None:
+            barrier.wait()
+            results[index] = client.connect(clean_start=False, properties=EXPIRY, timeout=15)
+
+        threads = [threading.Thread(target=connect, args=(i, c)) for i, c in enumerate(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=20)
+        time.sleep(1.0)  # a late takeover has arrived by now
+        live = [
+            c
+            for c, r in zip(clients, results, strict=True)
+            if getattr(r, "reason", 1) == 0 and c.disconnects.empty()
+        ]
+        closed = [c.disconnects.get().reason for c in clients if not c.disconnects.empty()]
+        if len(live) != 1 or any(reason != 0x8E for reason in closed):
+            problems.append(f"round {round_no}: {len(live)} live, disconnects {closed}")
+        for client in clients:
+            client.close()
+    assert problems == [], problems
