@@ -98,6 +98,7 @@ class NodeEndpoint:
                 kind="counter",
             ),
         ]
+        self.sources = sources  # adapters (the cluster) add theirs before the first scrape
         collector = BrokerCollector(broker, self.loop_lag.lag, sources)
         self.endpoint = ObservabilityEndpoint(
             build_registry(collector), self.readiness, self.loop_lag, config.max_loop_lag_s

@@ -30,10 +30,12 @@ if TYPE_CHECKING:
 class OrphanAppends:
     """The hub's appends for sessions without a live, linked owner."""
 
-    __slots__ = ("hub", "retry_s")
+    __slots__ = ("appends", "hub", "retry_s", "retries")
 
     def __init__(self, hub: ClusterHub) -> None:
         self.hub = hub
+        self.appends = 0  # APPEND_IF_OWNER calls (a metric)
+        self.retries = 0  # appends asked again: the owner run still held its lease
         self.retry_s = max(0.1, min(0.5, hub.identity.lease_ttl_s / 5))
 
     def to_orphans(
@@ -63,6 +65,7 @@ class OrphanAppends:
             ) -> None:
                 self._answered(o, (cid, message, q, hold), node, epoch)
 
+            self.appends += 1
             store.append_if_owner(client_id, orphan.owner, message, qos, retain, moved, hold)
         return count
 
@@ -107,6 +110,7 @@ class OrphanAppends:
         def moved(node: str, epoch: int) -> None:
             self._answered(owner, waiting, node, epoch)
 
+        self.appends += 1
         store.append_if_owner(client_id, owner, message, qos, False, moved, hold)
 
     def _answered(self, expected: Owner, waiting: Waiting, node: str, epoch: int) -> None:
@@ -124,6 +128,7 @@ class OrphanAppends:
             if link is None or link.peer_epoch != epoch:
                 if hold is not None:
                     hold.hold()  # the store releases its own hold when this returns
+                self.retries += 1
                 loop = asyncio.get_running_loop()
                 loop.call_later(self.retry_s, self._again, expected, waiting)
                 return

@@ -21,7 +21,7 @@ import pytest
 from paho.mqtt.packettypes import PacketTypes
 
 from tests.support.cluster_nodes import ClusterNodes, wait_for
-from tests.support.http_probe import wait_port
+from tests.support.http_probe import http, wait_port
 from tests.support.paho_client import PahoClient, props
 from tests.support.paho_fault_load import FaultLoad
 from tests.support.redis_server import RedisServer
@@ -228,6 +228,16 @@ def test_a_drained_node_hands_every_session_over_with_nothing_lost(
     other nodes and take their sessions over from it while every node's publishers go on."""
     nodes = drainable
     http_port = wait_port(nodes.nodes[3], "metrics")
+    status, metrics = http(http_port, "/metrics")
+    assert status == 200
+    for line in (
+        'xmq_cluster_membership{state="online"} 1.0',
+        'xmq_cluster_link_up{peer="node-1"} 1.0',
+        'xmq_cluster_link_up{peer="node-2"} 1.0',
+        'xmq_cluster_takeovers_total{kind="handed_over"} 0.0',
+        "xmq_cluster_lease_age_seconds{node=",
+    ):
+        assert line in metrics, metrics
     load = FaultLoad([nodes.port(i) for i in (3, 1, 2)], uid, rate=10, subscribers=3)
     try:
         load.start()
@@ -248,6 +258,8 @@ def test_a_drained_node_hands_every_session_over_with_nothing_lost(
         load.close()
     print(result, f"subscriber reconnects {moved}")
     assert moved >= 6, result  # node 3's subscribers moved
+    handed_over = http(http_port, "/metrics")[1]
+    assert 'xmq_cluster_takeovers_total{kind="handed_over"} 0.0' not in handed_over
     assert result.acknowledged > 300, result
     assert result.missing == 0, result
     assert result.qos2_duplicates == 0, result
