@@ -337,25 +337,28 @@ class ClusterHub:
             hold.release()
 
     async def _beat(self) -> None:
-        """PING every link once a second; abort one not heard for the heartbeat timeout."""
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(HEARTBEAT_INTERVAL_S)
-            now = loop.time()
-            for link in list(self.links.values()):
-                if not link.heartbeat or link.closed:
-                    continue
-                silent = now - link.last_heard
-                if silent > HEARTBEAT_TIMEOUT_S and now < self.broker.fence.deadline:
-                    self.heartbeat_timeouts += 1
-                    log.warning(
-                        "link to %s: nothing heard for %.1fs (heartbeat): closing it",
-                        link.peer_node,
-                        silent,
-                    )
-                    link.abort()
-                else:
-                    link.send(frames.PING_FRAME)
+            self.heartbeat_tick(loop.time())
+
+    def heartbeat_tick(self, now: float) -> None:
+        """PING every link (once a second); abort one not heard for the heartbeat timeout —
+        unless this node itself cannot prove its lease (it was paused: the silence was ours)."""
+        for link in list(self.links.values()):
+            if not link.heartbeat or link.closed:
+                continue
+            silent = now - link.last_heard
+            if silent > HEARTBEAT_TIMEOUT_S and now < self.broker.fence.deadline:
+                self.heartbeat_timeouts += 1
+                log.warning(
+                    "link to %s: nothing heard for %.1fs (heartbeat): closing it",
+                    link.peer_node,
+                    silent,
+                )
+                link.abort()
+            else:
+                link.send(frames.PING_FRAME)
 
     def _redispatch_shared(
         self,
