@@ -30,9 +30,9 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
 
     def link_events() -> dict[str, float]:
         return {
-            "resumed": hub.links_resumed,
-            "given_up": hub.links_given_up,
-            "heartbeat_timeout": hub.heartbeat_timeouts,
+            "resumed": hub.recovery.resumed,
+            "given_up": hub.recovery.given_up,
+            "heartbeat_timeout": hub.recovery.heartbeat_timeouts,
         }
 
     def appends() -> dict[str, float]:

@@ -17,17 +17,17 @@ import asyncio
 import itertools
 import logging
 import ssl
-from collections import deque
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_dispatch
 from xmq.cluster import link_frames as frames
 from xmq.cluster.direct_hold import DirectHold
 from xmq.cluster.link_frames import BodyReader
+from xmq.cluster.link_recovery import LinkRecovery
 from xmq.cluster.link_tls import LinkTls, TlsLinkServer, log_refused
 from xmq.cluster.link_wait import LinkWait
 from xmq.cluster.orphan_appends import OrphanAppends
-from xmq.cluster.peer_link import PeerLink, Unconfirmed
+from xmq.cluster.peer_link import PeerLink
 from xmq.cluster.route_table import RouteTable
 from xmq.cluster.takeover import Takeovers, sub_flags
 from xmq.codec.reason_codes import ReasonCode
@@ -43,11 +43,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xmq.cluster")
 
-HEARTBEAT_INTERVAL_S = 1.0
-HEARTBEAT_TIMEOUT_S = 5.0
-"""A link (both ends with FEATURE_HEARTBEAT) on which nothing arrived for this long is closed:
-a half-open link is noticed in seconds, not when TCP gives up."""
-
 
 class ClusterHub:
     """Links to the other nodes and the routes learned over them."""
@@ -62,7 +57,7 @@ class ClusterHub:
         self._filters: dict[str, int] = {}
         self._shares: dict[tuple[str, str], int] = {}
         self.takeovers = Takeovers(self)
-        self._dialing: set[str] = set()
+        self.dialing: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | TlsLinkServer | None = None
         self.link_tls: LinkTls | None = None  # mutual TLS on every link (cluster.link_tls)
@@ -83,10 +78,8 @@ class ClusterHub:
         # A link to a live run that drops is dialled again and resumed, not orphaned.
         self.peer_alive: Callable[[str, int], bool] = lambda node, epoch: False
         self.addresses: dict[str, str] = {}  # node id -> link address (from the leases)
-        self.links_resumed = 0
-        self.links_given_up = 0
-        self.heartbeat_timeouts = 0
-        self._heartbeat: asyncio.Task[None] | None = None
+        # Dropped links to live runs: dialled again and resumed; heartbeats.
+        self.recovery = LinkRecovery(self)
 
     # -- links ------------------------------------------------------------------------------
 
@@ -107,17 +100,14 @@ class ClusterHub:
         self.addresses.update(peers)
         if not self.identity.online:
             return
-        if self._heartbeat is None:
-            self._heartbeat = asyncio.get_running_loop().create_task(
-                self._beat(), name="link-heartbeat"
-            )
+        self.recovery.start()
         for node, address in peers.items():
-            if node <= me or node in self.links or node in self._dialing:
+            if node <= me or node in self.links or node in self.dialing:
                 continue
-            self._dialing.add(node)
-            self.spawn(self._dial(node, address))
+            self.dialing.add(node)
+            self.spawn(self.dial(node, address))
 
-    async def _dial(self, node: str, address: str) -> None:
+    async def dial(self, node: str, address: str) -> None:
         host, _, port = address.rpartition(":")
         loop = asyncio.get_running_loop()
         tls = self.link_tls
@@ -135,7 +125,7 @@ class ClusterHub:
         except (OSError, TimeoutError, ValueError) as error:
             log.debug("link to %s at %s failed: %s", node, address, error)
         finally:
-            self._dialing.discard(node)
+            self.dialing.discard(node)
 
     async def reachable(self, address: str) -> bool:
         """Whether a node link port accepts connections (a killed node's refuses at once)."""
@@ -170,11 +160,11 @@ class ClusterHub:
                 link.close()
                 return
             if existing.peer_epoch == epoch and existing.resumable and link.resumable:
-                self._settle_link(existing)  # (a half-open link we had not seen drop)
+                self.recovery.settle(existing)  # (a half-open link we had not seen drop)
                 link.inherit(existing)
                 resumed = True
             else:
-                self._drop_link(existing, orphan=existing.peer_epoch < epoch)
+                self.drop_link(existing, orphan=existing.peer_epoch < epoch)
             existing.close()
         link.peer_node = node
         link.peer_epoch = epoch
@@ -189,7 +179,7 @@ class ClusterHub:
                 if not link.reading:
                     asyncio.get_running_loop().call_soon(link_dispatch.confirm, self, link)
         if resumed:
-            self.links_resumed += 1
+            self.recovery.resumed += 1
             log.warning("link to %s (epoch %d) re-established: resuming", node, epoch)
         else:
             log.info("link up: %s (epoch %d)", node, epoch)
@@ -199,29 +189,6 @@ class ClusterHub:
             link.send_direct(data, client_id, message, qos, hold)
             if hold is not None:
                 hold.release()  # the link holds it now
-
-    def link_resume(self, link: PeerLink, handled: int) -> None:
-        """The peer's RESUME: send again, in order, what it has not handled."""
-        if not link.resuming:
-            return
-        again = link.resend_from(handled, lambda entry: self._frame_again(link, entry))
-        if again:
-            log.warning("link to %s: %d frames sent again after a re-link", link.peer_node, again)
-
-    def _frame_again(self, link: PeerLink, entry: Unconfirmed) -> bytes | None:
-        _, message, _, what = entry
-        if what is None:
-            return frames.publish(self.encode(message, message.qos, message.retain))
-        if isinstance(what, int):
-            shared = link.shared_out.get(what)
-            if shared is None:
-                return None
-            group, topic_filter, _ = shared
-            return frames.shared(
-                what, group, topic_filter, self.encode(message, message.qos, False)
-            )
-        client_id, qos = what
-        return frames.direct(client_id, self.encode(message, qos, False))
 
     def _send_snapshot(self, link: PeerLink) -> None:
         for topic_filter in self._filters:
@@ -240,66 +207,12 @@ class ClusterHub:
         node = link.peer_node
         if not node or self.links.get(node) is not link:
             return
-        if link.resumable and self.identity.online and self.peer_alive(node, link.peer_epoch):
-            # Both nodes hold their leases: a dropped connection, not a dead node. Nothing is
-            # orphaned; the link is dialled again and resumed (frames for the node are kept).
-            log.warning(
-                "link to %s (epoch %d) lost, its lease is live: re-linking", node, link.peer_epoch
-            )
-            link.resuming = True
-            self._settle_link(link)
-            self.spawn(self._relink(link))
+        if self.recovery.suspend(link):
             return
         log.info("link down: %s", node)
-        self._drop_link(link, orphan=True)
+        self.drop_link(link, orphan=True)
 
-    async def _relink(self, link: PeerLink) -> None:
-        """Dial a dropped link to a live run again (the node with the smaller id dials), until
-        a new link replaces it; give up — the run is dead: orphan — when its lease goes, its
-        link port refuses connections, or after the lease TTL + 2 s."""
-        loop = asyncio.get_running_loop()
-        node, epoch = link.peer_node, link.peer_epoch
-        deadline = loop.time() + self.identity.lease_ttl_s + 2.0
-        why = ""
-        while self.links.get(node) is link:
-            address = self.addresses.get(node, "")
-            if not self.identity.online:
-                why = "this node is offline"
-            elif not self.peer_alive(node, epoch):
-                why = "its lease is gone"
-            elif loop.time() > deadline:
-                why = f"not re-linked within {self.identity.lease_ttl_s + 2.0:.1f}s"
-            elif not address or not await self.reachable(address):
-                why = "its link port refuses connections"
-            elif self.identity.node_id < node and node not in self._dialing:
-                self._dialing.add(node)
-                await self._dial(node, address)
-                continue
-            if why:
-                break
-            await asyncio.sleep(0.2)
-        if why and self.links.get(node) is link:
-            self.links_given_up += 1
-            log.warning("link to %s (epoch %d) given up: %s", node, epoch, why)
-            self._drop_link(link, orphan=True)
-
-    def _settle_link(self, link: PeerLink) -> None:
-        """A link that dropped (or was replaced) while its node lives: its shared-group
-        messages go to other members now (as when a node dies); PUBLISH and DIRECT frames
-        stay kept for the next link to that run."""
-        shared_holds: dict[int, DurableHold] = {}
-        kept: deque[Unconfirmed] = deque()
-        for entry in link.take_unconfirmed():
-            what = entry[3]
-            if isinstance(what, int):
-                if entry[2] is not None:
-                    shared_holds[what] = entry[2]
-            else:
-                kept.append(entry)
-        link.unconfirmed = kept
-        self._settle_shared(link, shared_holds)
-
-    def _drop_link(self, link: PeerLink, orphan: bool) -> None:
+    def drop_link(self, link: PeerLink, orphan: bool) -> None:
         if self.links.get(link.peer_node) is link:
             del self.links[link.peer_node]
         fresh = self.table.forget_node(
@@ -324,9 +237,9 @@ class ClusterHub:
                 self.orphans.append_for(dead, (client_id, message, qos, hold))
             if hold is not None:
                 hold.release()
-        self._settle_shared(link, shared_holds)
+        self.settle_shared(link, shared_holds)
 
-    def _settle_shared(self, link: PeerLink, shared_holds: dict[int, DurableHold]) -> None:
+    def settle_shared(self, link: PeerLink, shared_holds: dict[int, DurableHold]) -> None:
         pending, link.shared_out = link.shared_out, {}
         for sequence, (group, topic_filter, message) in pending.items():
             hold = shared_holds.pop(sequence, None)
@@ -335,30 +248,6 @@ class ClusterHub:
                 hold.release()
         for hold in shared_holds.values():  # acknowledged by the member, not yet confirmed
             hold.release()
-
-    async def _beat(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(HEARTBEAT_INTERVAL_S)
-            self.heartbeat_tick(loop.time())
-
-    def heartbeat_tick(self, now: float) -> None:
-        """PING every link (once a second); abort one not heard for the heartbeat timeout —
-        unless this node itself cannot prove its lease (it was paused: the silence was ours)."""
-        for link in list(self.links.values()):
-            if not link.heartbeat or link.closed:
-                continue
-            silent = now - link.last_heard
-            if silent > HEARTBEAT_TIMEOUT_S and now < self.broker.fence.deadline:
-                self.heartbeat_timeouts += 1
-                log.warning(
-                    "link to %s: nothing heard for %.1fs (heartbeat): closing it",
-                    link.peer_node,
-                    silent,
-                )
-                link.abort()
-            else:
-                link.send(frames.PING_FRAME)
 
     def _redispatch_shared(
         self,
@@ -393,8 +282,7 @@ class ClusterHub:
             link.close()
 
     async def stop(self) -> None:
-        if self._heartbeat is not None:
-            self._heartbeat.cancel()
+        self.recovery.stop()
         if self._server is not None:
             self._server.close()
         self.close_links()

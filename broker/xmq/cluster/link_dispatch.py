@@ -129,7 +129,7 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
     elif kind == Kind.PING:
         pass  # heard (``PeerLink.last_heard``)
     elif kind == Kind.RESUME:
-        hub.link_resume(link, reader.u64())
+        hub.recovery.resume(link, reader.u64())
     else:
         raise frames.FrameError(f"unknown frame kind {kind}")
 

@@ -6,8 +6,9 @@ import asyncio
 from typing import cast
 
 from xmq.cluster import link_frames as frames
-from xmq.cluster.cluster_hub import HEARTBEAT_TIMEOUT_S, ClusterHub
+from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_frames import FrameDecoder, Kind
+from xmq.cluster.link_recovery import HEARTBEAT_TIMEOUT_S
 from xmq.cluster.peer_link import PeerLink
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
@@ -57,28 +58,28 @@ async def test_a_heard_link_gets_a_ping_and_a_silent_one_is_aborted() -> None:
     hub, link, wire = await _linked(frames.FEATURES)
     assert link.heartbeat
     now = hub.broker.now()
-    hub.heartbeat_tick(now + 1.0)
+    hub.recovery.heartbeat_tick(now + 1.0)
     await asyncio.sleep(0)
     assert _kinds(wire) == [Kind.PING] and not wire.aborted
     link.data_received(frames.PING_FRAME)  # heard: the clock of its silence starts again
     heard = link.last_heard
-    hub.heartbeat_tick(heard + HEARTBEAT_TIMEOUT_S - 0.1)
-    assert hub.heartbeat_timeouts == 0
-    hub.heartbeat_tick(heard + HEARTBEAT_TIMEOUT_S + 0.1)
-    assert hub.heartbeat_timeouts == 1
+    hub.recovery.heartbeat_tick(heard + HEARTBEAT_TIMEOUT_S - 0.1)
+    assert hub.recovery.heartbeat_timeouts == 0
+    hub.recovery.heartbeat_tick(heard + HEARTBEAT_TIMEOUT_S + 0.1)
+    assert hub.recovery.heartbeat_timeouts == 1
     assert _aborted(wire)
 
 
 async def test_a_node_that_cannot_prove_its_lease_blames_no_peer() -> None:
     hub, link, wire = await _linked(frames.FEATURES)
     hub.broker.fence.expire()  # this node was paused: the silence was its own
-    hub.heartbeat_tick(link.last_heard + 60)
+    hub.recovery.heartbeat_tick(link.last_heard + 60)
     assert not wire.aborted
 
 
 async def test_a_peer_without_the_feature_gets_no_ping() -> None:
     hub, link, wire = await _linked(frames.FEATURE_SHARED_COUNTED)
     assert not link.heartbeat and not link.resumable
-    hub.heartbeat_tick(link.last_heard + 60)
+    hub.recovery.heartbeat_tick(link.last_heard + 60)
     await asyncio.sleep(0)
     assert _kinds(wire) == [] and not wire.aborted
