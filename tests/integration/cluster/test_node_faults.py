@@ -150,7 +150,11 @@ def test_a_reset_link_between_two_live_nodes_loses_and_strands_nothing(
         load.stop_publishing()
         result = load.count(timeout=20)
         subscribers = [sub.client_id for sub in load.subscribers]
-        stranded = _queued(redis_server, nodes.cluster, subscribers)
+        deadline = time.monotonic() + 5.0  # the last PUBACKs' LREMs are on their way
+        while (stranded := _queued(redis_server, nodes.cluster, subscribers)) and (
+            time.monotonic() < deadline
+        ):
+            time.sleep(0.2)
         reconnects = sum(sub.connects - 1 for sub in load.subscribers)
     finally:
         load.close()
@@ -159,10 +163,10 @@ def test_a_reset_link_between_two_live_nodes_loses_and_strands_nothing(
     assert "given up" not in logs, logs[-3000:]
     print(result, f"stranded {stranded}, subscriber reconnects {reconnects}")
     assert result.acknowledged > 500, result
-    assert reconnects == 0, result  # the clients never noticed
+    assert reconnects == 0, (reconnects, [dict(c.disconnect_reasons) for c in load.subscribers])
     assert result.missing == 0, result
     assert result.qos2_duplicates == 0, result
-    assert stranded == 0, result
+    assert stranded == 0, f"{stranded} records left in queues of live sessions; {result}"
 
 
 def test_a_node_back_online_queues_messages_for_its_previous_run_s_sessions(
