@@ -23,7 +23,7 @@ from paho.mqtt.packettypes import PacketTypes
 from tests.support.cluster_nodes import ClusterNodes, wait_for
 from tests.support.http_probe import http, wait_port
 from tests.support.paho_client import PahoClient, props
-from tests.support.paho_fault_load import FaultLoad
+from tests.support.paho_fault_load import FaultCount, FaultLoad
 from tests.support.redis_server import RedisServer
 from xmq.contract import ClusterKeys, NodeLease
 
@@ -45,6 +45,27 @@ def nodes(redis_server: RedisServer, uid: str) -> Iterator[ClusterNodes]:
         cluster.stop_all()
 
 
+def _paused_under_load(nodes: ClusterNodes, uid: str, pause_s: float, after_s: float) -> FaultCount:
+    """SIGSTOP node 3 for ``pause_s`` under the load, SIGCONT, go on ``after_s``, count."""
+    victim = nodes.nodes[3]
+    load = FaultLoad([nodes.port(i) for i in (1, 2, 3)], uid)
+    try:
+        load.start()
+        time.sleep(2.0)
+        os.kill(victim.proc.pid, signal.SIGSTOP)
+        time.sleep(pause_s)
+        os.kill(victim.proc.pid, signal.SIGCONT)
+        time.sleep(after_s)
+        load.stop_publishing()
+        result = load.count()
+    finally:
+        load.close()
+    print(result)
+    assert result.missing == 0, result
+    assert result.qos2_duplicates == 0, result
+    return result
+
+
 def test_a_node_paused_longer_than_its_lease_acts_on_nothing_it_buffered(
     nodes: ClusterNodes, uid: str
 ) -> None:
@@ -55,49 +76,20 @@ def test_a_node_paused_longer_than_its_lease_acts_on_nothing_it_buffered(
     it holds the client bytes and link frames its kernel buffered during the pause, finds its
     lease gone and goes offline without routing, recording or acknowledging any of them.
     """
-    victim = nodes.nodes[3]
-    load = FaultLoad([nodes.port(i) for i in (1, 2, 3)], uid)
-    try:
-        load.start()
-        time.sleep(2.0)
-        os.kill(victim.proc.pid, signal.SIGSTOP)
-        time.sleep(2.5 * nodes.lease_ttl_s)
-        os.kill(victim.proc.pid, signal.SIGCONT)
-        time.sleep(4.0)  # it goes offline, rejoins under a new epoch, serves again
-        load.stop_publishing()
-        result = load.count()
-    finally:
-        load.close()
-    print(result)
-    log = victim.log()
+    # then it goes offline, rejoins under a new epoch, serves again
+    result = _paused_under_load(nodes, uid, 2.5 * nodes.lease_ttl_s, 4.0)
+    log = nodes.nodes[3].log()
     assert "going offline" in log, log[-3000:]
     assert result.acknowledged > 500, result
-    assert result.missing == 0, result
-    assert result.qos2_duplicates == 0, result
 
 
 def test_a_paused_node_that_keeps_its_lease_resumes_its_buffered_reads(
     nodes: ClusterNodes, uid: str
 ) -> None:
     """A pause shorter than the lease (0.6 TTL) loses nothing and costs no offline period."""
-    victim = nodes.nodes[3]
-    load = FaultLoad([nodes.port(i) for i in (1, 2, 3)], uid)
-    try:
-        load.start()
-        time.sleep(1.5)
-        os.kill(victim.proc.pid, signal.SIGSTOP)
-        time.sleep(0.6 * nodes.lease_ttl_s)
-        os.kill(victim.proc.pid, signal.SIGCONT)
-        time.sleep(2.0)
-        load.stop_publishing()
-        result = load.count()
-    finally:
-        load.close()
-    print(result)
-    wait_for(lambda: victim.proc.poll() is None, 1, "victim alive")
+    result = _paused_under_load(nodes, uid, 0.6 * nodes.lease_ttl_s, 2.0)
+    assert nodes.nodes[3].proc.poll() is None
     assert result.acknowledged > 300, result
-    assert result.missing == 0, result
-    assert result.qos2_duplicates == 0, result
 
 
 def _link_port(redis_server: RedisServer, cluster: str, node_id: str) -> int:
