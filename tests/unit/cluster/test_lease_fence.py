@@ -6,6 +6,7 @@ import asyncio
 import math
 from typing import cast
 
+from tests.support.recording_transport import RecordingTransport
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.peer_link import PeerLink
@@ -17,39 +18,6 @@ from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.lease_fence import FENCE_MARGIN, LeaseFence
 from xmq.core.settings import CoreSettings
 from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol
-
-
-class Wire:
-    """A transport that records what the protocol writes."""
-
-    def __init__(self) -> None:
-        self.sent = bytearray()
-        self.closed = False
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return default
-
-    def write(self, data: bytes) -> None:
-        self.sent += data
-
-    def writelines(self, lines: list[bytes]) -> None:
-        for line in lines:
-            self.sent += line
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self.closed = True
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 def test_the_deadline_is_the_renewal_start_plus_the_ttl_less_the_margin() -> None:
@@ -76,7 +44,7 @@ def test_held_reads_ask_once_for_a_renewal_and_resume_in_order() -> None:
     assert resumed == ["a", "b"] and fence.waiting == 0 and fence.holds == 2
 
 
-async def _client(broker: Broker) -> tuple[MqttClientProtocol, Wire]:
+async def _client(broker: Broker) -> tuple[MqttClientProtocol, RecordingTransport]:
     protocol = MqttClientProtocol(
         broker,
         AnonymousAuthenticator(),
@@ -84,7 +52,7 @@ async def _client(broker: Broker) -> tuple[MqttClientProtocol, Wire]:
         FlushScheduler(asyncio.get_running_loop()),
         65536,
     )
-    wire = Wire()
+    wire = RecordingTransport()
     protocol.connection_made(cast(asyncio.Transport, wire))
     return protocol, wire
 
@@ -125,7 +93,7 @@ async def test_link_frames_past_the_deadline_are_held_until_the_lease_is_proven(
     broker = Broker(CoreSettings())
     hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
     link = PeerLink(hub)
-    link.connection_made(cast(asyncio.Transport, Wire()))
+    link.connection_made(cast(asyncio.Transport, RecordingTransport()))
     broker.fence.expire()
     link.data_received(frames.hello("node-2", 7))
     assert link.peer_node == "" and "node-2" not in hub.links

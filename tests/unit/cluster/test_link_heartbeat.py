@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+from tests.support.recording_transport import RecordingTransport
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_frames import FrameDecoder, Kind
@@ -15,30 +16,11 @@ from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.settings import CoreSettings
 
 
-class Wire:
-    def __init__(self) -> None:
-        self.sent = bytearray()
-        self.aborted = False
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return default
-
-    def writelines(self, lines: list[bytes]) -> None:
-        for line in lines:
-            self.sent += line
-
-    def abort(self) -> None:
-        self.aborted = True
-
-    def close(self) -> None:
-        pass
-
-
-async def _linked(features: int) -> tuple[ClusterHub, PeerLink, Wire]:
+async def _linked(features: int) -> tuple[ClusterHub, PeerLink, RecordingTransport]:
     broker = Broker(CoreSettings())
     hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
     link = PeerLink(hub)
-    wire = Wire()
+    wire = RecordingTransport()
     link.connection_made(cast(asyncio.Transport, wire))
     link.data_received(frames.hello("node-2", 7, features))
     await asyncio.sleep(0)
@@ -46,11 +28,11 @@ async def _linked(features: int) -> tuple[ClusterHub, PeerLink, Wire]:
     return hub, link, wire
 
 
-def _aborted(wire: Wire) -> bool:
+def _aborted(wire: RecordingTransport) -> bool:
     return wire.aborted
 
 
-def _kinds(wire: Wire) -> list[int]:
+def _kinds(wire: RecordingTransport) -> list[int]:
     return [kind for kind, _ in FrameDecoder().feed(bytes(wire.sent))]
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+from tests.support.recording_transport import RecordingTransport
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_frames import FrameDecoder, Kind
@@ -16,28 +17,13 @@ from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
 
-class Wire:
-    def __init__(self) -> None:
-        self.sent = bytearray()
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return default
-
-    def writelines(self, lines: list[bytes]) -> None:
-        for line in lines:
-            self.sent += line
-
-    def close(self) -> None:
-        pass
-
-
-def _publishes(wire: Wire) -> list[bytes]:
+def _publishes(wire: RecordingTransport) -> list[bytes]:
     return [body for kind, body in FrameDecoder().feed(bytes(wire.sent)) if kind == Kind.PUBLISH]
 
 
-async def _link(hub: ClusterHub) -> tuple[PeerLink, Wire]:
+async def _link(hub: ClusterHub) -> tuple[PeerLink, RecordingTransport]:
     link = PeerLink(hub)
-    wire = Wire()
+    wire = RecordingTransport()
     link.connection_made(cast(asyncio.Transport, wire))
     link.data_received(frames.hello("node-2", 7))
     link.data_received(frames.resume(0))
@@ -75,9 +61,9 @@ async def test_frames_the_peer_never_handled_are_sent_again_on_the_new_link() ->
         task.cancel()
 
 
-async def _link_resumed(hub: ClusterHub) -> tuple[PeerLink, Wire]:
+async def _link_resumed(hub: ClusterHub) -> tuple[PeerLink, RecordingTransport]:
     link = PeerLink(hub)
-    wire = Wire()
+    wire = RecordingTransport()
     link.connection_made(cast(asyncio.Transport, wire))
     link.data_received(frames.hello("node-2", 7))
     await asyncio.sleep(0)
