@@ -68,11 +68,11 @@ class ClusterNodes:
         self.nodes: dict[int, BrokerProcess] = {}
         self._all: list[BrokerProcess] = []
 
-    def start(self, index: int) -> BrokerProcess:
+    def start(self, index: int, env: dict[str, str] | None = None) -> BrokerProcess:
         yaml = node_yaml(
             self.redis.url, self.cluster, self.lease_ttl_s, self.max_queued_writes, self.metrics
         )
-        process = BrokerProcess(yaml, env={"XMQ_NODE_ID": f"node-{index}"})
+        process = BrokerProcess(yaml, env={"XMQ_NODE_ID": f"node-{index}", **(env or {})})
         self.nodes[index] = process
         self._all.append(process)
         return process

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -34,7 +33,6 @@ from xmq.contract.session_scripts import (
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.held_acks import AckGate
-from xmq.observability.broker_metrics import LabelledSource
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_session_store import RedisSessionStore
 from xmq.store.resp_connection import RedisReplyError
@@ -75,7 +73,9 @@ class ClusterRuntime:
         self.broker = broker
         cluster = config.cluster
         self.keys = ClusterKeys(cluster.name)
-        self.identity = NodeIdentity(config.node_id, lease_ttl_s=cluster.lease_ttl_s)
+        self.identity = NodeIdentity(
+            config.node_id, lease_ttl_s=cluster.lease_ttl_s, connect_wait_s=cluster.connect_wait_s
+        )
         timeout = max(0.5, cluster.lease_ttl_s / 3)  # a busy loop reads replies late
         self.lease_client = aioredis.Redis.from_url(
             redis_url, socket_timeout=timeout, socket_connect_timeout=timeout
@@ -133,7 +133,15 @@ class ClusterRuntime:
             cluster.lease_ttl_s,
             self._offline,
             self._online,
+            self.broker.fence,
         )
+        membership = self.membership
+
+        def peer_alive(node: str, epoch: int) -> bool:
+            lease = membership.peers.get(node)
+            return lease is not None and lease.epoch == epoch
+
+        self.hub.peer_alive = peer_alive
         deadline = asyncio.get_running_loop().time() + 30
         cluster_uid = os.environ.get(CLUSTER_UID_ENV)
         while True:
@@ -148,16 +156,7 @@ class ClusterRuntime:
                     raise
                 log.warning("waiting for redis: %s", error)
                 await asyncio.sleep(0.5)
-        try:
-            async with asyncio.timeout(10):
-                orphans = await load_orphans(
-                    self.lease_client, self.keys, self.hub.table, self.pending_orphans
-                )
-            await self._adopt_pending()
-            if orphans:
-                log.info("%d persistent sessions of dead owners: queued in Redis", orphans)
-        except (RedisError, OSError, TimeoutError, ValueError) as error:
-            log.warning("could not preload orphaned sessions: %s", error)
+        await self._load_orphans()
         for text in (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER, SET_RETAINED):
             await self.lease_client.script_load(text)  # first claims need no EVAL fallback
         broker = self.broker
@@ -230,6 +229,24 @@ class ClusterRuntime:
             if node not in self.hub.links:
                 del missing[node]
 
+    async def _load_orphans(self) -> None:
+        """Persistent sessions of dead owner runs (this node's previous run included): their
+        messages published here go to their Redis queues until a node claims them."""
+        try:
+            async with asyncio.timeout(10):
+                orphans = await load_orphans(
+                    self.lease_client, self.keys, self.hub.table, self.pending_orphans
+                )
+            await self._adopt_pending()
+            if orphans:
+                log.info("%d persistent sessions of dead owners: queued in Redis", orphans)
+        except (RedisError, OSError, TimeoutError, ValueError) as error:
+            log.warning("could not load orphaned sessions: %s", error)
+
+    async def _rejoined(self) -> None:
+        await self._load_orphans()
+        await self._load_retained()
+
     async def _adopt_pending(self) -> None:
         """Sessions of owners seen with a lease at start: orphans once the owner is gone."""
         peers = self.membership.peers if self.membership is not None else {}
@@ -245,42 +262,6 @@ class ClusterRuntime:
                 pending.adopt_into(self.hub.table)
                 del self.pending_orphans[key]
 
-    def metric_sources(self) -> list[LabelledSource]:
-        """This node's cluster state for ``/metrics`` (one sample, labelled with its id)."""
-        node = self.identity.node_id
-
-        def read(value: Callable[[Membership], float]) -> Callable[[], dict[str, float]]:
-            return lambda: {} if self.membership is None else {node: value(self.membership)}
-
-        return [
-            LabelledSource(
-                "xmq_cluster_lease_held",
-                "1 while this node holds its lease in Redis (a cluster member), else 0.",
-                "node",
-                lambda: {node: 1 if self.identity.online else 0},
-            ),
-            LabelledSource(
-                "xmq_cluster_lease_losses",
-                "Times this node lost its lease and went offline.",
-                "node",
-                read(lambda m: m.lease_losses),
-                kind="counter",
-            ),
-            LabelledSource(
-                "xmq_cluster_redis_errors",
-                "Lease renewals or joins that failed on Redis (error or timeout).",
-                "node",
-                read(lambda m: m.redis_errors),
-                kind="counter",
-            ),
-            LabelledSource(
-                "xmq_cluster_members",
-                "Cluster members holding a live lease, as this node last read them.",
-                "node",
-                read(lambda m: len(m.peers)),
-            ),
-        ]
-
     def _offline(self) -> None:
         log.error("node %s offline", self.identity.node_id)
         self.hub.went_offline()
@@ -289,10 +270,12 @@ class ClusterRuntime:
         log.warning("node %s back online (epoch %d)", self.identity.node_id, self.identity.epoch)
         self.hub.close_links()  # links re-form with the new epoch
         # Retained changes made while this node was offline are in Redis: read them again.
+        # Its previous run's persistent sessions are orphans now (their clients were
+        # disconnected): messages published here for them go to their queues, not 0x10.
         self.retained.begin_load()
         if self._reload_task is None or self._reload_task.done():
             self._reload_task = asyncio.get_running_loop().create_task(
-                self._load_retained(), name="retained-reload"
+                self._rejoined(), name="rejoin-reload"
             )
 
     async def _load_retained(self) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from pydantic import ValidationError
 
 from xmq import __version__
+from xmq.app.cluster_metrics import cluster_metric_sources
 from xmq.app.cluster_runtime import ClusterRuntime, redis_url_of
 from xmq.app.node_endpoint import NodeEndpoint, cluster_member_check, database_check
 from xmq.app.preflight import StartupError, check_startup
@@ -128,11 +129,11 @@ class BrokerNode:
             )
         if self.cluster is not None:
             cluster = self.cluster
-            self.endpoint.sources.extend(cluster.metric_sources())
             self.endpoint.readiness.add(
                 "cluster",
                 cluster_member_check(lambda: cluster.identity.online, cluster.lease_client.ping),
             )
+            self.endpoint.sources.extend(cluster_metric_sources(cluster))
 
     async def start(self) -> None:
         if self.account_store is not None:  # a database that is down is retried by the store

@@ -23,6 +23,7 @@ from xmq.cluster import link_dispatch
 from xmq.cluster import link_frames as frames
 from xmq.cluster.direct_hold import DirectHold
 from xmq.cluster.link_frames import BodyReader
+from xmq.cluster.link_recovery import LinkRecovery
 from xmq.cluster.link_tls import LinkTls, TlsLinkServer, log_refused
 from xmq.cluster.link_wait import LinkWait
 from xmq.cluster.orphan_appends import OrphanAppends
@@ -56,7 +57,7 @@ class ClusterHub:
         self._filters: dict[str, int] = {}
         self._shares: dict[tuple[str, str], int] = {}
         self.takeovers = Takeovers(self)
-        self._dialing: set[str] = set()
+        self.dialing: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._server: asyncio.Server | TlsLinkServer | None = None
         self.link_tls: LinkTls | None = None  # mutual TLS on every link (cluster.link_tls)
@@ -73,6 +74,12 @@ class ClusterHub:
         self.link_wait = LinkWait(self.orphans.append_for, identity.lease_ttl_s + 5.0)
         # Told the topic of each retained change a peer sends (while retained messages load).
         self.on_retained: Callable[[str], None] | None = None
+        # Whether a run of a node holds its lease (membership's last read; wired by the app).
+        # A link to a live run that drops is dialled again and resumed, not orphaned.
+        self.peer_alive: Callable[[str, int], bool] = lambda node, epoch: False
+        self.addresses: dict[str, str] = {}  # node id -> link address (from the leases)
+        # Dropped links to live runs: dialled again and resumed; heartbeats.
+        self.recovery = LinkRecovery(self)
 
     # -- links ------------------------------------------------------------------------------
 
@@ -90,15 +97,17 @@ class ClusterHub:
     def connect_peers(self, peers: dict[str, str]) -> None:
         """Dial every live peer (node id -> address) with a larger id that is not linked."""
         me = self.identity.node_id
+        self.addresses.update(peers)
         if not self.identity.online:
             return
+        self.recovery.start()
         for node, address in peers.items():
-            if node <= me or node in self.links or node in self._dialing:
+            if node <= me or node in self.links or node in self.dialing:
                 continue
-            self._dialing.add(node)
-            self.spawn(self._dial(node, address))
+            self.dialing.add(node)
+            self.spawn(self.dial(node, address))
 
-    async def _dial(self, node: str, address: str) -> None:
+    async def dial(self, node: str, address: str) -> None:
         host, _, port = address.rpartition(":")
         loop = asyncio.get_running_loop()
         tls = self.link_tls
@@ -116,7 +125,7 @@ class ClusterHub:
         except (OSError, TimeoutError, ValueError) as error:
             log.debug("link to %s at %s failed: %s", node, address, error)
         finally:
-            self._dialing.discard(node)
+            self.dialing.discard(node)
 
     async def reachable(self, address: str) -> bool:
         """Whether a node link port accepts connections (a killed node's refuses at once)."""
@@ -140,19 +149,40 @@ class ClusterHub:
         if not self.identity.online or node == self.identity.node_id:
             link.close()
             return
+        bits = features[0] if features else 0
+        link.shared_counted = bool(bits & frames.FEATURE_SHARED_COUNTED)
+        link.resumable = bool(bits & frames.FEATURE_RESUME)
+        link.heartbeat = bool(bits & frames.FEATURE_HEARTBEAT)
         existing = self.links.get(node)
+        resumed = False
         if existing is not None and existing is not link:
             if existing.peer_epoch > epoch:
                 link.close()
                 return
-            self._drop_link(existing, orphan=existing.peer_epoch < epoch)
+            if existing.peer_epoch == epoch and existing.resumable and link.resumable:
+                self.recovery.settle(existing)  # (a half-open link we had not seen drop)
+                link.inherit(existing)
+                resumed = True
+            else:
+                self.drop_link(existing, orphan=existing.peer_epoch < epoch)
             existing.close()
         link.peer_node = node
         link.peer_epoch = epoch
-        link.shared_counted = bool(features) and bool(features[0] & frames.FEATURE_SHARED_COUNTED)
         self.links[node] = link
         self._all_links.add(link)
-        log.info("link up: %s (epoch %d)", node, epoch)
+        if link.resumable:
+            # Counted frames wait for the peer's RESUME; ours tells it where we are.
+            link.resuming = True
+            link.send(frames.resume(link.published_in))
+            if link.published_in and not link.ack_pending:  # confirm what the old link had
+                link.ack_pending = link.ack_due = True
+                if not link.reading:
+                    asyncio.get_running_loop().call_soon(link_dispatch.confirm, self, link)
+        if resumed:
+            self.recovery.resumed += 1
+            log.warning("link to %s (epoch %d) re-established: resuming", node, epoch)
+        else:
+            log.info("link up: %s (epoch %d)", node, epoch)
         self._send_snapshot(link)
         for client_id, message, qos, hold in self.link_wait.take((node, epoch)):
             data = frames.direct(client_id, self.encode(message, qos, False))
@@ -174,11 +204,15 @@ class ClusterHub:
 
     def link_lost(self, link: PeerLink) -> None:
         self._all_links.discard(link)
-        if link.peer_node and self.links.get(link.peer_node) is link:
-            log.info("link down: %s", link.peer_node)
-            self._drop_link(link, orphan=True)
+        node = link.peer_node
+        if not node or self.links.get(node) is not link:
+            return
+        if self.recovery.suspend(link):
+            return
+        log.info("link down: %s", node)
+        self.drop_link(link, orphan=True)
 
-    def _drop_link(self, link: PeerLink, orphan: bool) -> None:
+    def drop_link(self, link: PeerLink, orphan: bool) -> None:
         if self.links.get(link.peer_node) is link:
             del self.links[link.peer_node]
         fresh = self.table.forget_node(
@@ -203,6 +237,9 @@ class ClusterHub:
                 self.orphans.append_for(dead, (client_id, message, qos, hold))
             if hold is not None:
                 hold.release()
+        self.settle_shared(link, shared_holds)
+
+    def settle_shared(self, link: PeerLink, shared_holds: dict[int, DurableHold]) -> None:
         pending, link.shared_out = link.shared_out, {}
         for sequence, (group, topic_filter, message) in pending.items():
             hold = shared_holds.pop(sequence, None)
@@ -245,6 +282,7 @@ class ClusterHub:
             link.close()
 
     async def stop(self) -> None:
+        self.recovery.stop()
         if self._server is not None:
             self._server.close()
         self.close_links()
@@ -377,7 +415,7 @@ class ClusterHub:
                 return False
             node = picked[0]
             link = self.links.get(node)
-            if link is not None:
+            if link is not None and not link.closed:
                 record = self.encode(message, message.qos, False)
                 link.shared_seq = sequence = (link.shared_seq + 1) & 0xFFFFFFFF
                 link.shared_out[sequence] = (group, topic_filter, message)

@@ -126,6 +126,10 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
     elif kind == Kind.TAKEOVER_DONE:
         request, ok = reader.u32(), bool(reader.u8())
         hub.takeovers.done(request, ok)
+    elif kind == Kind.PING:
+        pass  # heard (``PeerLink.last_heard``)
+    elif kind == Kind.RESUME:
+        hub.recovery.resume(link, reader.u64())
     else:
         raise frames.FrameError(f"unknown frame kind {kind}")
 

@@ -35,6 +35,8 @@ class Kind(enum.IntEnum):
     TAKEOVER_DONE = 10  # u32 request, u8 ok
     SHARED_ACK = 11  # u32 count, u32 sequence each: those SHARED frames were acknowledged
     PUBLISH_ACK = 12  # u64 count: PUBLISH frames received so far and in the receiver's records
+    RESUME = 13  # u64 count: counted frames of the peer's run handled here (FEATURE_RESUME)
+    PING = 14  # empty: the sender is alive (FEATURE_HEARTBEAT, once a second)
 
 
 def _str(value: str) -> bytes:
@@ -56,9 +58,29 @@ PUBLISH_ACK, both ways. Used on a link only when both peers set it (older nodes 
 feature byte and ignore ours), so the two counts always agree."""
 
 
-def hello(node_id: str, epoch: int) -> bytes:
-    features = bytes((FEATURE_SHARED_COUNTED,))
-    return frame(Kind.HELLO, _str(node_id), _U64.pack(epoch), features)
+FEATURE_RESUME = 2
+"""HELLO feature bit: a link to this node that drops while both nodes hold their leases is
+dialled again and resumed: right after HELLO each side sends RESUME with how many counted
+frames (PUBLISH, DIRECT, SHARED) of the other's run it has handled, over all links to that
+run; the other sends again, in order, the ones it kept and the peer never handled, and holds
+every new counted frame until that RESUME has come. Both ends must set it."""
+
+FEATURE_HEARTBEAT = 4
+"""HELLO feature bit: this node sends PING once a second and closes a link it has heard
+nothing on for ``HEARTBEAT_TIMEOUT_S`` (used when both ends set it)."""
+
+FEATURES = FEATURE_SHARED_COUNTED | FEATURE_RESUME | FEATURE_HEARTBEAT
+
+
+def hello(node_id: str, epoch: int, features: int = FEATURES) -> bytes:
+    return frame(Kind.HELLO, _str(node_id), _U64.pack(epoch), bytes((features,)))
+
+
+def resume(count: int) -> bytes:
+    return frame(Kind.RESUME, _U64.pack(count))
+
+
+PING_FRAME = frame(Kind.PING, b"")
 
 
 def route(added: bool, topic_filter: str) -> bytes:

@@ -1,14 +1,17 @@
 """Membership: run epoch, the lease renewed every ttl/5, offline when it cannot be renewed.
 
 Start: ``INCR node:epoch`` -> ``SET node:lease PX ttl`` -> ``SADD members``. The lease is
-renewed with ``SET ... XX PX ttl``; when the key is gone (expired while Redis was away, or
-cleared by the operator) or no renewal succeeded for a whole TTL, the node goes offline (its
-clients are disconnected, CONNECT gets 0x88) and rejoins under a new epoch once Redis answers.
+renewed with ``SET ... XX PX ttl``; when the key is gone (expired while Redis was away or the
+node was paused, or cleared by the operator) or no renewal begun in the last 90 % of the TTL
+succeeded, the node goes offline (its clients are disconnected, CONNECT gets 0x88) and rejoins
+under a new epoch once Redis answers. Each success moves the ``LeaseFence`` deadline; a read
+that finds it passed wakes the loop to renew at once (``core.lease_fence``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -19,8 +22,15 @@ from redis.exceptions import RedisError
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.records import NodeLease
 from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.lease_fence import FENCE_MARGIN, LeaseFence
 
 log = logging.getLogger("xmq.cluster.membership")
+
+
+def describe(error: BaseException) -> str:
+    """An error with its kind (``TimeoutError()`` alone says nothing)."""
+    text = str(error)
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
 
 
 class Membership:
@@ -37,6 +47,7 @@ class Membership:
         ttl_s: float,
         on_offline: Callable[[], None],
         on_online: Callable[[], None],
+        fence: LeaseFence | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
@@ -48,7 +59,10 @@ class Membership:
         self.on_offline = on_offline
         self.on_online = on_online
         self.started_at = time.time()
-        self.last_renewed = 0.0
+        self.last_renewed = 0.0  # loop time the last successful renewal (or join) began
+        self.fence = fence if fence is not None else LeaseFence()
+        self.fence.watch(self.revalidate)
+        self._wake = asyncio.Event()
         self.peers: dict[str, NodeLease] = {}
         self.refreshes = 0  # how many times ``peers`` was read from Redis
         self.lease_losses = 0  # times this node went offline (its lease lost)
@@ -69,13 +83,15 @@ class Membership:
     async def join(self) -> None:
         """Take a new epoch and a lease (raises when Redis does not answer)."""
         identity = self.identity
+        started = asyncio.get_running_loop().time()
         async with asyncio.timeout(self.ttl_s):
             identity.epoch = int(await self.client.incr(self.keys.node_epoch(identity.node_id)))
             ttl_ms = int(self.ttl_s * 1000)
             await self.client.set(self.keys.lease(identity.node_id), self._lease(), px=ttl_ms)
             await self.client.sadd(self.keys.members(), identity.node_id)
-        self.last_renewed = asyncio.get_running_loop().time()
+        self.last_renewed = started
         identity.online = True
+        self.fence.proven(started, self.ttl_s)
         log.info("node %s joined with epoch %d", identity.node_id, identity.epoch)
 
     def start(self) -> None:
@@ -85,7 +101,10 @@ class Membership:
         loop = asyncio.get_running_loop()
         interval = self.ttl_s / 5
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval):
+                    await self._wake.wait()  # a read found the lease unproven: renew now
+            self._wake.clear()
             identity = self.identity
             try:
                 if identity.online:
@@ -96,27 +115,48 @@ class Membership:
                 await self._refresh_peers(interval)
             except (RedisError, OSError, TimeoutError) as error:
                 self.redis_errors += 1
-                if identity.online and loop.time() - self.last_renewed >= self.ttl_s * 0.9:
-                    log.error("lease not renewed for %.1fs (%s): going offline", self.ttl_s, error)
+                age = loop.time() - self.last_renewed
+                if identity.online and age >= self.ttl_s * (1.0 - FENCE_MARGIN):
+                    log.error(
+                        "lease not renewed for %.1fs (lease TTL %.1fs; last error: %s): going"
+                        " offline",
+                        age,
+                        self.ttl_s,
+                        describe(error),
+                    )
                     self._go_offline()
+
+    def revalidate(self) -> None:
+        """Renew the lease now (a read found it unproven: after a pause, or Redis slow)."""
+        self._wake.set()
 
     async def _renew(self, interval: float) -> None:
         identity = self.identity
+        started = asyncio.get_running_loop().time()
         async with asyncio.timeout(max(interval, self.ttl_s / 3)):
             renewed = await self.client.set(
                 self.keys.lease(identity.node_id), self._lease(), px=int(self.ttl_s * 1000), xx=True
             )
         if not renewed:
-            log.error("lease of %s is gone (expired or cleared): going offline", identity.node_id)
+            log.error(
+                "lease of %s is gone (expired: last renewal began %.1fs ago, TTL %.1fs; or"
+                " cleared by the operator): going offline",
+                identity.node_id,
+                started - self.last_renewed,
+                self.ttl_s,
+            )
             self._go_offline()
             return
-        self.last_renewed = asyncio.get_running_loop().time()
+        self.last_renewed = started
+        self.fence.proven(started, self.ttl_s)
 
     def _go_offline(self) -> None:
         if self.identity.online:
             self.identity.online = False
             self.lease_losses += 1
+            self.fence.expire()  # nothing read acts before the links and clients are closed
             self.on_offline()
+            self.fence.lift()  # offline: no sessions here; CONNECT is answered 0x88
 
     async def _refresh_peers(self, interval: float) -> None:
         async with asyncio.timeout(interval):

@@ -13,6 +13,7 @@ records, so the ack goes out only once the message is durable somewhere.
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_frames as frames
@@ -29,10 +30,13 @@ if TYPE_CHECKING:
 class OrphanAppends:
     """The hub's appends for sessions without a live, linked owner."""
 
-    __slots__ = ("hub",)
+    __slots__ = ("appends", "hub", "retry_s", "retries")
 
     def __init__(self, hub: ClusterHub) -> None:
         self.hub = hub
+        self.appends = 0  # APPEND_IF_OWNER calls (a metric)
+        self.retries = 0  # appends asked again: the owner run still held its lease
+        self.retry_s = max(0.1, min(0.5, hub.identity.lease_ttl_s / 5))
 
     def to_orphans(
         self, index: OrphanIndex, message: Message, hold: DurableHold | None = None
@@ -56,9 +60,12 @@ class OrphanAppends:
                 continue  # QoS 0 is not kept for an offline session
             count += 1
 
-            def moved(node: str, epoch: int, cid: str = client_id, q: int = qos) -> None:
-                self.owner_moved(cid, message, q, node, epoch, hold)
+            def moved(
+                node: str, epoch: int, cid: str = client_id, q: int = qos, o: Owner = orphan.owner
+            ) -> None:
+                self._answered(o, (cid, message, q, hold), node, epoch)
 
+            self.appends += 1
             store.append_if_owner(client_id, orphan.owner, message, qos, retain, moved, hold)
         return count
 
@@ -101,9 +108,40 @@ class OrphanAppends:
         client_id, message, qos, hold = waiting
 
         def moved(node: str, epoch: int) -> None:
-            self.owner_moved(client_id, message, qos, node, epoch, hold)
+            self._answered(owner, waiting, node, epoch)
 
+        self.appends += 1
         store.append_if_owner(client_id, owner, message, qos, False, moved, hold)
+
+    def _answered(self, expected: Owner, waiting: Waiting, node: str, epoch: int) -> None:
+        """Redis refused an append expecting ``expected``: the session is ``node``'s run's.
+
+        When that is the expected run itself, the run still holds its lease: it is alive and
+        its session is never appended to (``APPEND_IF_OWNER``'s fencing). Linked: DIRECT to it.
+        Not linked (its link dropped and is being dialled again, or it was killed and its lease
+        has not expired yet): asked again every ``retry_s`` until it is linked or its lease is
+        gone, the publisher's held ack held meanwhile."""
+        client_id, message, qos, hold = waiting
+        hub = self.hub
+        if (node, epoch) == expected and node != hub.identity.node_id:
+            link = hub.links.get(node)
+            if link is None or link.peer_epoch != epoch:
+                if hold is not None:
+                    hold.hold()  # the store releases its own hold when this returns
+                self.retries += 1
+                loop = asyncio.get_running_loop()
+                loop.call_later(self.retry_s, self._again, expected, waiting)
+                return
+        self.owner_moved(client_id, message, qos, node, epoch, hold)
+
+    def _again(self, owner: Owner, waiting: Waiting) -> None:
+        hold = waiting[3]
+        try:
+            if self.hub.identity.online:
+                self.append_for(owner, waiting)
+        finally:
+            if hold is not None:
+                hold.release()
 
     def not_here(self, client_id: str, direct: Direct, hold: DurableHold | None) -> None:
         """A message for a session owned here that is not attached (its client left during

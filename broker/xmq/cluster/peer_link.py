@@ -7,6 +7,7 @@ import contextlib
 import logging
 import socket
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from xmq.cluster import link_dispatch
@@ -34,6 +35,8 @@ class PeerLink(asyncio.Protocol):
     __slots__ = (
         "_ack_scheduled",
         "_decoder",
+        "_fence",
+        "_held",
         "_out",
         "_reading",
         "_scheduled",
@@ -43,6 +46,10 @@ class PeerLink(asyncio.Protocol):
         "peer_node",
         "ack_due",
         "ack_pending",
+        "heartbeat",
+        "last_heard",
+        "resumable",
+        "resuming",
         "published_in",
         "published_out",
         "received_shared",
@@ -60,6 +67,8 @@ class PeerLink(asyncio.Protocol):
         self.peer_epoch = 0
         self.closed = False
         self._decoder = FrameDecoder()
+        self._fence = hub.broker.fence
+        self._held: list[bytes] = []
         self._out: list[bytes] = []
         self._scheduled = False
         # shared-group messages sent and not yet confirmed: re-dispatched if the link dies
@@ -77,6 +86,12 @@ class PeerLink(asyncio.Protocol):
         self.ack_due = False  # ... and has not started yet
         self._reading = False
         self._ack_scheduled = False
+        # FEATURE_RESUME on both ends: counted frames are kept (not written) while ``resuming``
+        # (from HELLO until the peer's RESUME says where to start, and while the link is down)
+        self.resumable = False
+        self.resuming = False
+        self.heartbeat = False  # FEATURE_HEARTBEAT on both ends: PING each second
+        self.last_heard = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -88,6 +103,14 @@ class PeerLink(asyncio.Protocol):
         self.send(hello(identity.node_id, identity.epoch))
 
     def data_received(self, data: bytes) -> None:
+        fence = self._fence
+        now = self.hub.broker.now()
+        if now >= fence.deadline:  # the lease is not proven: hold the frames
+            if not self._held:
+                fence.hold(self._release_held)
+            self._held.append(data)
+            return
+        self.last_heard = now
         self._reading = True  # the confirmation of this read's frames starts once it is done
         try:
             frames = self._decoder.feed(data)
@@ -107,6 +130,13 @@ class PeerLink(asyncio.Protocol):
             self._reading = False
         if self.ack_due:
             link_dispatch.confirm(self.hub, self)
+
+    def _release_held(self) -> None:
+        held, self._held = self._held, []
+        for data in held:
+            if self.closed:  # offline meanwhile: the peer appends what we never confirmed
+                return
+            self.data_received(data)
 
     @property
     def reading(self) -> bool:
@@ -136,9 +166,10 @@ class PeerLink(asyncio.Protocol):
     ) -> None:
         """Send a PUBLISH frame; ``keep`` it (and ``hold``) until the peer has recorded it."""
         self.published_out += 1
-        if keep:
+        if keep or self.resuming:
             self._keep((self.published_out, message, hold, None))
-        self.send(data)
+        if not self.resuming:
+            self.send(data)
 
     def send_direct(
         self, data: bytes, client_id: str, message: Message, qos: int, hold: DurableHold | None
@@ -146,7 +177,8 @@ class PeerLink(asyncio.Protocol):
         """Send a DIRECT frame, kept (with ``hold``) until the peer has recorded it."""
         self.published_out += 1
         self._keep((self.published_out, message, hold, (client_id, qos)))
-        self.send(data)
+        if not self.resuming:
+            self.send(data)
 
     def send_shared(
         self, data: bytes, sequence: int, message: Message, hold: DurableHold | None
@@ -159,9 +191,10 @@ class PeerLink(asyncio.Protocol):
             self.send(data)
             return
         self.published_out += 1
-        if hold is not None:
+        if hold is not None or self.resuming:
             self._keep((self.published_out, message, hold, sequence))
-        self.send(data)
+        if not self.resuming:
+            self.send(data)
 
     def _keep(self, entry: Unconfirmed) -> None:
         hold = entry[2]
@@ -182,6 +215,38 @@ class PeerLink(asyncio.Protocol):
             hold = unconfirmed.popleft()[2]
             if hold is not None:
                 hold.release()
+
+    def resend_from(self, handled: int, frame_of: Callable[[Unconfirmed], bytes | None]) -> int:
+        """The peer's RESUME: it has handled the first ``handled`` counted frames of this
+        run. Kept frames after those are sent again in order, numbered from ``handled + 1``
+        (``frame_of`` rebuilds each; ``None``: nothing to send, its hold is released); those
+        it handled stay kept until its PUBLISH_ACK. Returns how many were sent again."""
+        self.resuming = False
+        kept: deque[Unconfirmed] = deque()
+        again: list[Unconfirmed] = []
+        for entry in self.unconfirmed:
+            (kept if entry[0] <= handled else again).append(entry)
+        self.unconfirmed = kept
+        self.published_out = handled
+        sent = 0
+        for _, message, hold, what in again:
+            data = frame_of((0, message, hold, what))
+            if data is None:
+                if hold is not None:
+                    hold.release()
+                continue
+            self.published_out += 1
+            kept.append((self.published_out, message, hold, what))  # its hold is still taken
+            self.send(data)
+            sent += 1
+        return sent
+
+    def inherit(self, old: PeerLink) -> None:
+        """A new link to the same run of the peer: take over what the old one kept and the
+        counts of both directions (the peer's RESUME then says what to send again)."""
+        self.unconfirmed = old.take_unconfirmed()
+        self.published_out = old.published_out
+        self.published_in = old.published_in
 
     def take_unconfirmed(self) -> deque[Unconfirmed]:
         """The link is gone: what the peer never confirmed (its holds still taken)."""
@@ -205,3 +270,8 @@ class PeerLink(asyncio.Protocol):
             self._flush()
             self.closed = True
             self.transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection at once (a peer not heard for the heartbeat timeout)."""
+        if self.transport is not None and not self.closed:
+            self.transport.abort()

@@ -33,26 +33,30 @@ def sub_flags(sub: Subscription) -> int:
 class Takeovers:
     """Takeover requests this node sent (awaiting TAKEOVER_DONE) and the ones it answers."""
 
-    __slots__ = ("_futures", "_requests", "hub")
+    __slots__ = ("_futures", "_requests", "counts", "hub")
 
     def __init__(self, hub: ClusterHub) -> None:
         self.hub = hub
+        # requested / handed_over / timed_out / revoked_claims (metrics)
+        self.counts = {"requested": 0, "handed_over": 0, "timed_out": 0, "revoked_claims": 0}
         self._requests = itertools.count(1)
         self._futures: dict[int, asyncio.Future[bool]] = {}
 
     async def request(self, owner: tuple[str, int], client_id: str) -> bool:
         hub = self.hub
         link = hub.links.get(owner[0])
-        if link is None or link.peer_epoch != owner[1]:
-            return False
+        if link is None or link.closed or link.peer_epoch != owner[1]:
+            return False  # not linked (a dropped link being dialled again: asked next round)
         request = next(self._requests)
+        self.counts["requested"] += 1
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._futures[request] = future
         link.send(frames.takeover(request, client_id, owner[1]))
         try:
-            async with asyncio.timeout(max(2.0, hub.identity.lease_ttl_s)):
+            async with asyncio.timeout(max(1.0, min(hub.identity.lease_ttl_s, 3.0))):
                 return await future
         except TimeoutError:
+            self.counts["timed_out"] += 1
             return False
         finally:
             self._futures.pop(request, None)
@@ -72,7 +76,12 @@ class Takeovers:
             if client_id not in broker.claiming:
                 break
             await asyncio.sleep(0.005)
+        if client_id in broker.claiming:
+            # Still in flight: its reply predates this takeover and must not be applied.
+            broker.revoked_claims.add(client_id)
+            self.counts["revoked_claims"] += 1
         session = broker.sessions.get(client_id)
+        self.counts["handed_over"] += 1
         if session is not None:
             durable = session.store is not None
             subs = [s for s in session.subscriptions.values() if s.share_group is None]

@@ -36,6 +36,14 @@ class ClusterConfig(Section):
     lease_ttl_s: float = Field(
         default=10.0, ge=0.5, le=300, description="Lease time to live; renewed every ttl/5."
     )
+    connect_wait_s: float = Field(
+        default=5.0,
+        ge=0.0,
+        le=300,
+        description="How long a CONNECT waits for the session's owner when that owner cannot "
+        "be reached (its lease not expired yet); then CONNACK 0x88 Server unavailable, which "
+        "clients retry. Keep it under the clients' connect timeout (commonly 10 s).",
+    )
     link_host: str = Field(default="127.0.0.1", description="Bind address of the node link.")
     link_port: int = Field(
         default=7884,

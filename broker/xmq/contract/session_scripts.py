@@ -8,8 +8,10 @@
 * :data:`RELEASE_SESSION` — a session ended: delete its owner record (only when still ours) and
   its stored state.
 * :data:`APPEND_IF_OWNER` — a publishing node appends a message to the Redis queue of a session
-  whose owner it believes dead, only while the owner record still names that dead owner;
-  otherwise the reply names the current owner (the message then goes to it over the link).
+  whose owner it believes dead, only while the owner record still names that owner *and* that
+  owner's run has no lease; otherwise the reply names the current owner (the message then goes
+  to it over the link). It carries the writer's fencing token (node id + epoch): a writer whose
+  run holds no lease is refused.
   A forwarded message (record id ``<node>/<epoch>/f<n>``, assigned by the node that first
   forwarded it) is skipped when its ``session:seen`` marker exists: a node recorded it for the
   session already (the replay of a message whose PUBLISH_ACK died with its receiver).
@@ -109,9 +111,21 @@ return 1
 
 APPEND_IF_OWNER = """\
 -- KEYS: 1 owner, 2 queue, 3 (forwarded records only) seen marker of the record id
--- ARGV: 1 expected owner node id, 2 expected owner epoch, 3 record, 4 marker TTL in ms
+-- ARGV: 1 expected owner node id, 2 expected owner epoch, 3 record, 4 marker TTL in ms,
+--       5 key prefix, 6 writer node id ('' no fencing), 7 writer epoch
 if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
   return {2, '', 0}  -- already queued for this session (and maybe acknowledged since)
+end
+local function live(node, epoch)
+  local lease = redis.call('GET', ARGV[5] .. 'node:lease:' .. node)
+  if not lease then
+    return false
+  end
+  local ok, l = pcall(cjson.decode, lease)
+  return ok and type(l) == 'table' and tonumber(l['epoch']) == tonumber(epoch)
+end
+if ARGV[6] ~= '' and not live(ARGV[6], ARGV[7]) then
+  return {3, '', 0}  -- the writer's own run has no lease: fenced, nothing written
 end
 local raw = redis.call('GET', KEYS[1])
 if not raw then
@@ -122,6 +136,11 @@ if not ok or type(owner) ~= 'table' then
   return {1, '', 0}
 end
 if owner['node_id'] == ARGV[1] and tonumber(owner['epoch']) == tonumber(ARGV[2]) then
+  if ARGV[6] ~= '' and ARGV[1] ~= ARGV[6] and live(ARGV[1], ARGV[2]) then
+    -- the owner's run still holds its lease: it is alive, its messages go to it (a link
+    -- dropped, or it is handing the session over), never to the queue of a live session
+    return {1, ARGV[1], tonumber(ARGV[2])}
+  end
   redis.call('RPUSH', KEYS[2], ARGV[3])
   if KEYS[3] then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
@@ -145,6 +164,8 @@ class AppendOutcome(enum.IntEnum):
     """Another owner (or none: node ``''``) holds the session; nothing appended."""
     ALREADY_QUEUED = 2
     """The forwarded record's ``session:seen`` marker exists: nothing appended."""
+    WRITER_FENCED = 3
+    """The appending node's run holds no lease (it is going offline): nothing appended."""
 
 
 class ClaimOutcome(enum.IntEnum):
@@ -279,24 +300,28 @@ def append_if_owner(
     record: bytes,
     forward_id: str = "",
     seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
+    writer: tuple[str, int] | None = None,
 ) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
     """Script, keys and arguments of :data:`APPEND_IF_OWNER` (the record stays bytes).
 
     ``forward_id``: the id of a forwarded record (the one inside ``record``); the append is
     skipped when the session's marker of that id exists, and writes it otherwise.
+    ``writer``: the fencing token (node id, epoch) of the appending node's run. With it the
+    append is refused (``WRITER_FENCED``) unless that run holds its lease, and a session whose
+    expected owner run still holds its lease (alive: a link dropped, or it is handing the
+    session over) is answered ``MOVED`` to that same owner instead of being appended to.
     """
-    if not forward_id:
-        return (
-            APPEND_IF_OWNER,
-            (keys.session_owner(client_id), keys.session_queue(client_id)),
-            (owner[0], str(owner[1]), record),
-        )
-    return (
-        APPEND_IF_OWNER,
-        (
-            keys.session_owner(client_id),
-            keys.session_queue(client_id),
-            keys.session_seen(client_id, forward_id),
-        ),
-        (owner[0], str(owner[1]), record, str(seen_ttl_ms)),
+    writer_node, writer_epoch = writer if writer is not None else ("", 0)
+    args: tuple[str | bytes, ...] = (
+        owner[0],
+        str(owner[1]),
+        record,
+        str(seen_ttl_ms),
+        keys.prefix,
+        writer_node,
+        str(writer_epoch),
     )
+    session_keys: tuple[str, ...] = (keys.session_owner(client_id), keys.session_queue(client_id))
+    if forward_id:
+        session_keys += (keys.session_seen(client_id, forward_id),)
+    return APPEND_IF_OWNER, session_keys, args

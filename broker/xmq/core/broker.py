@@ -28,6 +28,7 @@ from xmq.core.cluster_ports import (
 )
 from xmq.core.deadline_wheel import DeadlineWheel
 from xmq.core.held_acks import AckGate
+from xmq.core.lease_fence import LeaseFence
 from xmq.core.memory_cost import retained_cost
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
@@ -66,6 +67,8 @@ class Broker(AuthEvents):
         self.deadlines = DeadlineWheel(lambda: self.loop)  # keep alive, connect timeouts
         # Cluster ports (xmq.app wires them when Redis is configured; None on a single node).
         self.identity: NodeIdentity | None = None
+        # Reads are held while this node cannot prove its lease (never without a cluster).
+        self.fence = LeaseFence()
         self.directory: SessionDirectory | None = None
         self.cluster: ClusterRouter | None = None
         self.store: DurableStore | None = None
@@ -74,6 +77,9 @@ class Broker(AuthEvents):
         self.acks: AckGate | None = None
         self.claiming: dict[str, int] = {}  # client ids with a cluster claim in progress
         self.persistent_sessions = 0  # sessions held with a session expiry (the cap's count)
+        # client ids handed over to another node while a claim of them was in flight here:
+        # that claim's reply predates the takeover and must not be applied
+        self.revoked_claims: set[str] = set()
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:

@@ -3,7 +3,8 @@
 The common case is one ``CLAIM_SESSION`` round trip (batched with the other connects of the
 same loop tick). When a live node owns the session, it is asked over the node link to close
 the client (0x8E) and hand the session over; the claim is then repeated, expecting that owner.
-An owner that cannot be reached is waited out until its lease expires.
+An owner that cannot be reached is waited out until its lease expires, for at most
+``cluster.connect_wait_s``; then CONNACK 0x88 (Server unavailable), which clients retry.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
     durable = terms.session_expiry_s > 0
     expected: tuple[str, int] | None = None
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + identity.lease_ttl_s + 2.0
+    deadline = loop.time() + identity.connect_wait_s
     rounds = 0
     while True:
         local = broker.sessions.get(client_id)
@@ -54,13 +55,19 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
                 expected=expected,
             )
         finally:  # runs right before the caller attaches (no await in between)
+            revoked = client_id in broker.revoked_claims
             left = claiming[client_id] - 1
             if left:
                 claiming[client_id] = left
             else:
                 del claiming[client_id]
+                broker.revoked_claims.discard(client_id)
         if not identity.online:
             raise ClusterUnavailableError("node went offline")
+        if revoked:
+            # Another node took the session over (TAKEOVER) while this claim's reply was on its
+            # way: the takeover is the later event, so this connection does not get it.
+            raise ClusterUnavailableError("session taken over by another node during the claim")
         if result.outcome != ClaimOutcome.OWNED_ELSEWHERE:
             if broker.sessions.get(client_id) is not None:
                 return None  # the in-memory session is newer than any stored copy
@@ -75,7 +82,10 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
             continue
         expected = None
         if loop.time() >= deadline:
-            raise ClusterUnavailableError(f"session owned by unreachable node {result.owner[0]}")
+            raise ClusterUnavailableError(
+                f"session owned by node {result.owner[0]} (epoch {result.owner[1]}), not reachable"
+                f" within {identity.connect_wait_s:.1f}s (its lease has not expired): retry"
+            )
         await asyncio.sleep(max(0.05, identity.lease_ttl_s / 10))
 
 

@@ -21,15 +21,21 @@ if TYPE_CHECKING:
 class NodeIdentity:
     """This node's id, its run epoch and whether it holds a valid lease (set by membership)."""
 
-    __slots__ = ("epoch", "lease_ttl_s", "node_id", "online")
+    __slots__ = ("connect_wait_s", "epoch", "lease_ttl_s", "node_id", "online")
 
     def __init__(
-        self, node_id: str, epoch: int = 0, online: bool = False, lease_ttl_s: float = 10.0
+        self,
+        node_id: str,
+        epoch: int = 0,
+        online: bool = False,
+        lease_ttl_s: float = 10.0,
+        connect_wait_s: float = 5.0,
     ) -> None:
         self.node_id = node_id
         self.epoch = epoch
         self.online = online
         self.lease_ttl_s = lease_ttl_s
+        self.connect_wait_s = connect_wait_s  # a CONNECT waits this long for an unreachable owner
 
 
 class ClusterUnavailableError(Exception):

@@ -75,6 +75,8 @@ class MqttClientProtocol(asyncio.Protocol):
         "_closing",
         "_backlog",
         "_backlog_error",
+        "_fence",
+        "_fenced",
         "_held",
         "_linger",
         "_out",
@@ -114,6 +116,8 @@ class MqttClientProtocol(asyncio.Protocol):
         self.congested = False
         self._write_limit = broker.settings.max_write_buffer_bytes
         self._clock = broker.loop.time
+        self._fence = broker.fence
+        self._fenced: list[bytes] = []  # bytes read while the lease was not proven
         self._stats = broker.stats
         self.reader = PacketReader(max_packet_size)
         self.peer = "-"
@@ -140,8 +144,12 @@ class MqttClientProtocol(asyncio.Protocol):
             self.on_made(self, transport)
 
     def data_received(self, data: bytes) -> None:
+        now = self._clock()
+        if now >= self._fence.deadline:  # the lease is not proven: act on nothing read
+            self._hold(data)
+            return
         conn = self.conn
-        conn.last_seen = self._clock()
+        conn.last_seen = now
         self._stats.bytes_received += len(data)
         if conn.state == CONNECTED and not self.reader.pending:
             first = data[0]
@@ -201,6 +209,19 @@ class MqttClientProtocol(asyncio.Protocol):
         self._handle_packets(packets, error)
         if self._backlog is None and not self._held:
             self.resume_reading()
+
+    def _hold(self, data: bytes) -> None:
+        """Keep bytes read while the lease is not proven (``core.lease_fence``)."""
+        if not self._fenced:
+            self._fence.hold(self._release_held)
+        self._fenced.append(data)
+
+    def _release_held(self) -> None:
+        held, self._fenced = self._fenced, []
+        for data in held:
+            if self._closing:  # the node went offline meanwhile: nothing was acknowledged
+                return
+            self.data_received(data)
 
     def wheel_due(self, now: float) -> float | None:
         """The broker's deadline wheel: this connection's connect timeout is due."""

@@ -286,13 +286,22 @@ class RedisSessionStore:
         """
         forward_id = forward_id_of(message)
         raw = self.new_record(message, qos, retain, (), forward_id)
+        identity = self.identity
         script, keys, args = append_if_owner(
-            self.keys, client_id, owner, raw, forward_id, self.seen_ttl_ms
+            self.keys,
+            client_id,
+            owner,
+            raw,
+            forward_id,
+            self.seen_ttl_ms,
+            (identity.node_id, identity.epoch),  # the fencing token of this run
         )
         if hold is not None:
             hold.hold()
 
         def done(reply: Any) -> None:
+            if isinstance(reply, list) and reply and int(reply[0]) == AppendOutcome.WRITER_FENCED:
+                return  # this run has no lease: nothing written, so no acknowledgement either
             try:
                 if isinstance(reply, list) and reply and int(reply[0]) == AppendOutcome.MOVED:
                     node = reply[1].decode() if isinstance(reply[1], bytes) else str(reply[1])

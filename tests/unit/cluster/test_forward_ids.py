@@ -34,6 +34,7 @@ def _hub(node: str = "node-1", epoch: int = 3) -> tuple[ClusterHub, AppendRecord
 def _linked(hub: ClusterHub, node: str, epoch: int) -> PeerLink:
     link = PeerLink(hub)
     hub.link_hello(link, FrameDecoder().feed(frames.hello(node, epoch))[0][1])
+    hub.recovery.resume(link, 0)  # the peer has handled none of our frames
     return link
 
 

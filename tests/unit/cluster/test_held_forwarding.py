@@ -55,6 +55,7 @@ def _hub() -> tuple[ClusterHub, AppendRecorder]:
 def _linked(hub: ClusterHub, node: str, epoch: int) -> PeerLink:
     link = PeerLink(hub)
     hub.link_hello(link, FrameDecoder().feed(frames.hello(node, epoch))[0][1])
+    hub.recovery.resume(link, 0)  # the peer has handled none of our frames
     return link
 
 

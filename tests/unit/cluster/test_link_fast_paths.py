@@ -176,6 +176,7 @@ class ClosableTransport(Transport):
 def _linked(hub: ClusterHub) -> tuple[PeerLink, Transport]:
     link = PeerLink(hub)
     hub.link_hello(link, FrameDecoder().feed(frames.hello("node-1", 3))[0][1])
+    hub.recovery.resume(link, 0)  # the peer has handled none of our frames
     link._out.clear()  # the snapshot
     transport = ClosableTransport()
     link.transport = transport  # type: ignore[assignment]

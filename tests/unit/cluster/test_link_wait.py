@@ -64,6 +64,7 @@ async def test_a_new_owner_not_linked_yet_gets_the_messages_when_it_says_hello()
     assert len(hub.link_wait) == 1
     link = PeerLink(hub)
     hub.link_hello(link, FrameDecoder().feed(frames.hello("node-4", 9))[0][1])
+    hub.recovery.resume(link, 0)  # the peer has handled none of our frames
     sent = FrameDecoder().feed(b"".join(link._out))
     directs = [body for kind, body in sent if kind == Kind.DIRECT]
     assert len(directs) == 1
@@ -77,6 +78,7 @@ async def test_an_owner_run_older_than_the_linked_one_is_dead_its_queue_gets_it(
     hub, store = _hub()
     link = PeerLink(hub)
     hub.link_hello(link, FrameDecoder().feed(frames.hello("node-4", 9))[0][1])
+    hub.recovery.resume(link, 0)  # the peer has handled none of our frames
     hub.orphans.owner_moved("c1", _message(b"1"), 1, "node-4", 8)
     assert store.appends == [("c1", ("node-4", 8), b"1")]
     assert len(hub.link_wait) == 0

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from tests.support.redis_server import running_redis
-from xmq.contract import ClusterKeys
+from xmq.contract import ClusterKeys, NodeLease
 from xmq.contract.session_scripts import (
     FORWARDED_SEEN_TTL_MS,
     AppendOutcome,
@@ -101,3 +101,45 @@ def test_records_without_a_forward_id_are_always_appended(client: redis.Redis) -
 
 def test_seen_key_shape() -> None:
     assert KEYS.session_seen("c:1", "a-0/7/f12") == "xmq:v1:{t-append}:session:seen:a-0/7/f12:c:1"
+
+
+def _lease(client: redis.Redis, node: str, epoch: int) -> None:
+    lease = NodeLease(
+        node_id=node, pod_name="p", pod_uid="u", address="127.0.0.1:1", epoch=epoch, started_at=0.0
+    )
+    client.set(KEYS.lease(node), lease.to_json(), px=10_000)
+
+
+def _fenced_append(
+    client: redis.Redis, record: bytes, writer: tuple[str, int], owner: tuple[str, int] = DEAD
+) -> list[object]:
+    script, keys, args = append_if_owner(KEYS, "c1", owner, record, "", writer=writer)
+    reply = client.eval(script, len(keys), *keys, *args)
+    assert isinstance(reply, list)
+    return reply
+
+
+def test_a_writer_without_its_lease_is_fenced(client: redis.Redis) -> None:
+    assert _fenced_append(client, b"r1", ("a-0", 7)) == [AppendOutcome.WRITER_FENCED, b"", 0]
+    _lease(client, "a-0", 8)  # a newer run of the writer's node id
+    assert _fenced_append(client, b"r1", ("a-0", 7))[0] == AppendOutcome.WRITER_FENCED
+    assert client.llen(KEYS.session_queue("c1")) == 0
+    _lease(client, "a-0", 7)
+    assert _fenced_append(client, b"r1", ("a-0", 7))[0] == AppendOutcome.APPENDED
+    assert client.lrange(KEYS.session_queue("c1"), 0, -1) == [b"r1"]
+
+
+def test_the_queue_of_a_session_whose_owner_holds_its_lease_is_not_appended_to(
+    client: redis.Redis,
+) -> None:
+    """A dropped link is not a dead node: the owner's live lease sends the message to it."""
+    _lease(client, "a-0", 7)
+    _lease(client, "b-0", 4)  # the owner the writer believed dead is alive
+    assert _fenced_append(client, b"r1", ("a-0", 7)) == [AppendOutcome.MOVED, b"b-0", 4]
+    assert client.llen(KEYS.session_queue("c1")) == 0
+    _lease(client, "b-0", 5)  # its node restarted: the run that owns the session is dead
+    assert _fenced_append(client, b"r1", ("a-0", 7))[0] == AppendOutcome.APPENDED
+    # the owner appending for a session of its own that is not attached: allowed
+    client.set(KEYS.session_owner("c1"), '{"node_id":"a-0","epoch":7}')
+    assert _fenced_append(client, b"r2", ("a-0", 7), ("a-0", 7))[0] == AppendOutcome.APPENDED
+    assert client.llen(KEYS.session_queue("c1")) == 2

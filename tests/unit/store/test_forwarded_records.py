@@ -81,6 +81,8 @@ async def test_a_replayed_message_already_recorded_by_the_dead_receiver_is_skipp
     sync = server.client()
     sync.flushall()
     sync.set(KEYS.session_owner("sub"), '{"node_id":"b-0","epoch":4}')
+    # the replaying node holds its lease (its appends carry its fencing token); B's is gone
+    sync.set(KEYS.lease("a-0"), '{"node_id":"a-0","epoch":7}')
     node_b, node_a = await _store(server, B), await _store(server, ("a-0", 7))
     session = _session(node_b, "sub")
     queue = KEYS.session_queue("sub")
