@@ -65,6 +65,7 @@ class BrokerStats:
         "sent_by_qos",
         "sent_bytes_by_qos",
         "subscribe_refused_by_reason",
+        "subscriptions_revoked",
     )
 
     def __init__(self) -> None:
@@ -98,6 +99,8 @@ class BrokerStats:
         """Time from a PUBLISH read to its bytes queued for every subscriber's connection."""
         self.disconnects_by_reason: dict[int, int] = {}
         """Connections the server closed, by DISCONNECT reason (0x8D keep alive, 0x90 ...)."""
+        self.subscriptions_revoked = 0
+        """Subscriptions of resumed sessions removed because the rules no longer allow them."""
 
     def drop(self, reason: str) -> None:
         """Count one message dropped (a rare event: the dict costs nothing on the hot path)."""

@@ -152,6 +152,10 @@ class MqttClientProtocol(asyncio.Protocol):
             if self._closing:
                 return
             conn.handle(packet)
+        pending = self.reader.pending
+        if pending and conn.state != CONNECTED and not conn.accepts_pending(len(pending)):
+            conn.refuse_pending()
+            self._closing = True
 
     def wheel_due(self, now: float) -> float | None:
         """The broker's deadline wheel: this connection's connect timeout is due."""
