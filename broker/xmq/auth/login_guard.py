@@ -54,6 +54,9 @@ class _Buckets:
             del self._levels[key]
         return level
 
+    def level(self, key: str, now: float) -> float:
+        return self._level(key, now)
+
     def full(self, key: str, now: float) -> bool:
         # Full when one more failure would exceed the limit (a bucket drains continuously,
         # so N failures in quick succession leave it just under N).
@@ -93,6 +96,11 @@ class LoginGuard:
         if blocked:
             self.refused += 1
         return not blocked
+
+    def address_failures(self, address: str) -> float:
+        """The recent failed logins of a source address (its bucket's level; 0: none): the
+        hashing pool serves addresses without failures first."""
+        return self._addresses.level(address, self._clock())
 
     def record_failure(self, username: str | None, peer: str) -> None:
         now = self._clock()
