@@ -70,20 +70,26 @@ class TimingShield:
     by timing). The throwaway verifier is made on first use. Both raise
     ``HashPoolBusyError`` when the login's address has too many hashes waiting."""
 
-    __slots__ = ("_policy", "_verifier", "pool")
+    __slots__ = ("_making", "_policy", "_verifier", "pool")
 
     def __init__(self, policy: HashPolicy, pool: HashPool) -> None:
         self._policy = policy
         self._verifier: str | None = None
+        self._making: asyncio.Future[str] | None = None  # made once, however many wait
         self.pool = pool
 
     async def verify(self, peer: str, password: bytes, verifier: str) -> bool:
         return await self.pool.run(peer, verify_password, password, verifier)
 
     async def spend(self, password: bytes, peer: str) -> None:
-        if self._verifier is None:
-            self._verifier = await asyncio.to_thread(hash_password, os.urandom(16), self._policy)
-        await self.verify(peer, password, self._verifier)
+        verifier = self._verifier
+        if verifier is None:
+            if self._making is None:
+                self._making = asyncio.ensure_future(
+                    asyncio.to_thread(hash_password, os.urandom(16), self._policy)
+                )
+            verifier = self._verifier = await asyncio.shield(self._making)
+        await self.verify(peer, password, verifier)
 
 
 class VerifiedPasswords:

@@ -159,7 +159,7 @@ class FileAccounts:
         self.path = path
         self._anonymous_override = allow_anonymous
         self.guard = guard if guard is not None else LoginGuard()
-        pool = hash_pool or HashPool(self.guard.address_failures)
+        pool = hash_pool or HashPool(self.guard.address_rank)
         self._shield = TimingShield(hash_policy or HashPolicy(), pool)
         self._verified = VerifiedPasswords()
         self._apply(parse_accounts(data))

@@ -43,7 +43,7 @@ class HashPool:
 
     def __init__(
         self,
-        penalty: Callable[[str], float] = lambda address: 0.0,
+        rank: Callable[[str], float] = lambda address: 0.0,
         *,
         workers: int | None = None,
         per_address: int = 1,
@@ -51,7 +51,7 @@ class HashPool:
         executor: Executor | None = None,
     ) -> None:
         self.workers = workers or default_workers()
-        self.queue: FairHashQueue[_Job] = FairHashQueue(penalty, per_address, queued_per_address)
+        self.queue: FairHashQueue[_Job] = FairHashQueue(rank, per_address, queued_per_address)
         self._executor = executor
         self._busy = 0
 

@@ -8,13 +8,17 @@ job runs next when a worker is free:
   ``queued_per_address`` waiting: more are refused at once (``push`` returns False; the login
   is answered 0x9F, and it is not counted as a failed login);
 - of the addresses with a job waiting (and none too many running), the next job comes from
-  the one ranked first by its *penalty* (its recent failed logins: the login guard's level
-  for the address), then by when it was last served: round-robin among equals.
+  the one ranked first by its *rank* (``LoginGuard.address_rank``: -1 for an address with a
+  recent successful login and no failure since, else its recent failed logins), then by when
+  it was last served: round-robin among equals.
 
-So a flood of wrong logins from many addresses — each of which has failed by the time it
-tries again — cannot queue a login from an address without failures behind it: that login
-waits only for the hashes already running, and then takes the next free worker. Addresses
-that keep failing share what is left, one job each per round.
+So a flood of wrong logins from many addresses cannot queue a login from an address that
+logged in before (a reconnecting device), nor — once the flood's addresses have failed, which
+each does with its first attempt — one from an address without failures: that login waits
+only for the hashes already running, then takes the next free worker. Addresses that keep
+failing share what is left, one job each per round. What this cannot tell apart is a first
+login from a new address arriving together with a burst of first attempts from as many new
+addresses: it takes its round-robin turn among them.
 """
 
 from __future__ import annotations
@@ -27,10 +31,10 @@ Job = TypeVar("Job")
 
 
 class FairHashQueue(Generic[Job]):
-    """Per-address queues of hash jobs, served by penalty then round-robin."""
+    """Per-address queues of hash jobs, served by rank then round-robin."""
 
     __slots__ = (
-        "_penalty",
+        "_rank",
         "_queues",
         "_running",
         "_served",
@@ -44,14 +48,14 @@ class FairHashQueue(Generic[Job]):
 
     def __init__(
         self,
-        penalty: Callable[[str], float] = lambda address: 0.0,
+        rank: Callable[[str], float] = lambda address: 0.0,
         per_address: int = 1,
         queued_per_address: int = 4,
         max_queued: int = 10_000,
     ) -> None:
         if per_address < 1 or queued_per_address < 0 or max_queued < 1:
             raise ValueError("per_address and max_queued must be positive")
-        self._penalty = penalty
+        self._rank = rank
         self.per_address = per_address
         self.queued_per_address = queued_per_address
         self.max_queued = max_queued
@@ -85,7 +89,7 @@ class FairHashQueue(Generic[Job]):
         for address in self._queues:
             if running.get(address, 0) >= self.per_address:
                 continue
-            rank = (self._penalty(address), self._served.get(address, -1))
+            rank = (self._rank(address), self._served.get(address, -1))
             if best is None or rank < best_rank:
                 best, best_rank = address, rank
         if best is None:

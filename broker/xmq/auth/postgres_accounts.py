@@ -107,7 +107,7 @@ class PostgresAccounts:
         self.events: AuthEvents = events if events is not None else NullAuthEvents()
         self.guard = guard if guard is not None else LoginGuard(config.guard_policy)
         self._verified = VerifiedPasswords(config.cache_size)
-        self._shield = TimingShield(config.hash_policy, HashPool(self.guard.address_failures))
+        self._shield = TimingShield(config.hash_policy, HashPool(self.guard.address_rank))
         self._cache: OrderedDict[str, _CacheEntry] = OrderedDict()
         self._generation = 0
         self._changes = 0
