@@ -52,7 +52,10 @@ class ClusterNodes:
         cluster: str,
         lease_ttl_s: float = LEASE_TTL_S,
         max_queued_writes: int = 0,
+        extra_yaml: str = "",
     ) -> None:
+        """``extra_yaml``: more configuration sections for every node (``auth:`` ...)."""
+        self.extra_yaml = extra_yaml
         self.redis = redis
         self.cluster = cluster
         self.lease_ttl_s = lease_ttl_s
@@ -62,6 +65,7 @@ class ClusterNodes:
 
     def start(self, index: int) -> BrokerProcess:
         yaml = node_yaml(self.redis.url, self.cluster, self.lease_ttl_s, self.max_queued_writes)
+        yaml += self.extra_yaml
         process = BrokerProcess(yaml, env={"XMQ_NODE_ID": f"node-{index}"})
         self.nodes[index] = process
         self._all.append(process)
