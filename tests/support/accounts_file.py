@@ -6,8 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from paho.mqtt.packettypes import PacketTypes
 
-from tests.support.paho_client import V5, PahoClient
+from tests.support.paho_client import V5, PahoClient, props
 from xmq.auth.verifiers import HashPolicy, hash_password
 
 FAST = HashPolicy(pbkdf2_iterations=1000, scram_iterations=1000)
@@ -38,3 +39,21 @@ def user_client(
     client = PahoClient(port, client_id, version=version)
     client.client.username_pw_set(username, password)
     return client
+
+
+KEEP_300 = props(PacketTypes.CONNECT, SessionExpiryInterval=300)
+"""CONNECT properties of a persistent session (300 s)."""
+
+
+def leave_session(
+    port: int, client_id: str, username: str, password: str, topic_filter: str
+) -> None:
+    """Log in, subscribe to ``topic_filter`` (QoS 1) and disconnect: a persistent session is
+    left waiting offline."""
+    client = user_client(port, client_id, username, password)
+    try:
+        assert client.connect(clean_start=True, properties=KEEP_300).reason == 0
+        assert client.subscribe(topic_filter, qos=1) == [1]
+        client.disconnect()
+    finally:
+        client.close()

@@ -9,13 +9,18 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from paho.mqtt.packettypes import PacketTypes
 
-from tests.support.accounts_file import OWN_DEVICES, user_client, write_accounts
+from tests.support.accounts_file import (
+    KEEP_300,
+    OWN_DEVICES,
+    leave_session,
+    user_client,
+    write_accounts,
+)
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster_nodes import wait_for
 from tests.support.http_probe import metric, wait_port
-from tests.support.paho_client import PahoClient, props
+from tests.support.paho_client import PahoClient
 from tests.support.raw_client import RawClient
 from xmq.codec.packets import MQTT_5, Connack, Connect, Packet
 from xmq.codec.properties import Properties
@@ -23,7 +28,6 @@ from xmq.codec.properties import Properties
 pytestmark = pytest.mark.integration
 
 PASSWORDS = {"a": "pass-a", "b": "pass-b"}
-KEEP_300 = props(PacketTypes.CONNECT, SessionExpiryInterval=300)
 
 
 def _broker(accounts: Path, extra: str = "") -> BrokerProcess:
@@ -98,10 +102,7 @@ def test_another_user_is_refused_and_the_online_owner_is_not_disturbed(
 def test_another_user_gets_nothing_of_an_offline_session_and_the_owner_gets_it_all(
     broker: BrokerProcess,
 ) -> None:
-    owner = _user(broker.port, "dev-b", "b")
-    assert owner.connect(clean_start=True, properties=KEEP_300).reason == 0
-    assert owner.subscribe("devices/b/#", qos=1) == [1]
-    owner.disconnect()
+    leave_session(broker.port, "dev-b", "b", PASSWORDS["b"], "devices/b/#")
     publisher = _user(broker.port, "pub-b", "b")
     try:
         assert publisher.connect().reason == 0
@@ -169,10 +170,7 @@ def test_anonymous_is_an_identity_of_its_own(tmp_path: Path) -> None:
 def test_rules_revoked_while_offline_apply_to_the_resumed_session(
     broker: BrokerProcess, accounts: Path
 ) -> None:
-    owner = _user(broker.port, "dev-b", "b")
-    assert owner.connect(clean_start=True, properties=KEEP_300).reason == 0
-    assert owner.subscribe("devices/b/#", qos=1) == [1]
-    owner.disconnect()
+    leave_session(broker.port, "dev-b", "b", PASSWORDS["b"], "devices/b/#")
     publisher = _user(broker.port, "pub-b", "b")
     try:
         assert publisher.connect().reason == 0

@@ -11,13 +11,18 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from paho.mqtt.packettypes import PacketTypes
 
 from tests.integration.broker.test_session_isolation import intrude
-from tests.support.accounts_file import OWN_DEVICES, user_client, write_accounts
+from tests.support.accounts_file import (
+    KEEP_300,
+    OWN_DEVICES,
+    leave_session,
+    user_client,
+    write_accounts,
+)
 from tests.support.broker_process import BrokerProcess
 from tests.support.cluster_nodes import ClusterNodes, clear_dead_lease, wait_for
-from tests.support.paho_client import PahoClient, props
+from tests.support.paho_client import PahoClient
 from tests.support.redis_server import RedisServer
 from xmq.codec.packets import MQTT_5
 from xmq.contract import ClusterKeys
@@ -25,7 +30,6 @@ from xmq.contract import ClusterKeys
 pytestmark = pytest.mark.integration
 
 PASSWORDS = {"a": "pass-a", "b": "pass-b"}
-KEEP_300 = props(PacketTypes.CONNECT, SessionExpiryInterval=300)
 
 
 @pytest.fixture
@@ -51,6 +55,17 @@ def _user(port: int, client_id: str, user: str) -> PahoClient:
 
 def _reloaded(process: BrokerProcess) -> bool:
     return "accounts file" in process.log()
+
+
+def _resume_with_queue(port: int, client_id: str) -> None:
+    """b resumes its session on ``port`` and gets the two messages ``_queue_for_b`` left."""
+    again = _user(port, client_id, "b")
+    try:
+        result = again.connect(clean_start=False, properties=KEEP_300)
+        assert (result.reason, result.session_present) == (0, True)
+        assert sorted(m.payload for m in again.expect(2)) == [b"queued 0", b"queued 1"]
+    finally:
+        again.close()
 
 
 def _queue_for_b(port: int, count: int) -> None:
@@ -82,13 +97,7 @@ def test_another_user_on_another_node_is_refused_the_owner_undisturbed(
         _queue_for_b(nodes.port(2), 2)  # offline now: queued in its session on node 1
         ack, after = intrude(nodes.port(2), client_id, "a", MQTT_5)
         assert (ack.reason_code, after) == (0x87, [])
-        again = _user(nodes.port(2), client_id, "b")  # the owner moves to node 2: allowed
-        try:
-            result = again.connect(clean_start=False, properties=KEEP_300)
-            assert (result.reason, result.session_present) == (0, True)
-            assert sorted(m.payload for m in again.expect(2)) == [b"queued 0", b"queued 1"]
-        finally:
-            again.close()
+        _resume_with_queue(nodes.port(2), client_id)  # the owner moves to node 2: allowed
     finally:
         owner.close()
 
@@ -97,32 +106,20 @@ def test_a_dead_owners_stored_session_is_refused_to_another_user(
     nodes: ClusterNodes, redis_server: RedisServer, uid: str
 ) -> None:
     client_id = f"dev-b-{uid}"
-    owner = _user(nodes.port(1), client_id, "b")
-    assert owner.connect(clean_start=True, properties=KEEP_300).reason == 0
-    assert owner.subscribe("devices/b/#", qos=1) == [1]
-    owner.disconnect()
+    leave_session(nodes.port(1), client_id, "b", PASSWORDS["b"], "devices/b/#")
     _queue_for_b(nodes.port(2), 2)
     nodes.kill(1)  # kill -9: the session lives on in Redis only
     clear_dead_lease(redis_server, nodes.cluster, "node-1")
     ack, after = intrude(nodes.port(2), client_id, "a", MQTT_5)
     assert (ack.reason_code, ack.session_present, after) == (0x87, False, [])
-    again = _user(nodes.port(2), client_id, "b")
-    try:
-        result = again.connect(clean_start=False, properties=KEEP_300)
-        assert (result.reason, result.session_present) == (0, True)
-        assert sorted(m.payload for m in again.expect(2)) == [b"queued 0", b"queued 1"]
-    finally:
-        again.close()
+    _resume_with_queue(nodes.port(2), client_id)
 
 
 def test_rules_revoked_while_offline_apply_after_a_takeover_on_another_node(
     nodes: ClusterNodes, redis_server: RedisServer, accounts: Path, uid: str
 ) -> None:
     client_id = f"dev-b-{uid}"
-    owner = _user(nodes.port(1), client_id, "b")
-    assert owner.connect(clean_start=True, properties=KEEP_300).reason == 0
-    assert owner.subscribe("devices/b/#", qos=1) == [1]
-    owner.disconnect()
+    leave_session(nodes.port(1), client_id, "b", PASSWORDS["b"], "devices/b/#")
     _queue_for_b(nodes.port(2), 2)
     narrowed = [{"permission": "allow", "action": "both", "topic": "devices/%u/public/#"}]
     write_accounts(accounts, PASSWORDS, narrowed)
