@@ -59,7 +59,10 @@ class ClusterNodes:
         lease_ttl_s: float = LEASE_TTL_S,
         max_queued_writes: int = 0,
         metrics: bool = False,
+        extra_yaml: str = "",
     ) -> None:
+        """``extra_yaml``: more configuration sections for every node (``auth:`` ...)."""
+        self.extra_yaml = extra_yaml
         self.redis = redis
         self.metrics = metrics
         self.cluster = cluster
@@ -72,6 +75,7 @@ class ClusterNodes:
         yaml = node_yaml(
             self.redis.url, self.cluster, self.lease_ttl_s, self.max_queued_writes, self.metrics
         )
+        yaml += self.extra_yaml
         process = BrokerProcess(yaml, env={"XMQ_NODE_ID": f"node-{index}", **(env or {})})
         self.nodes[index] = process
         self._all.append(process)

@@ -25,8 +25,12 @@ from xmq.codec.writer import encode
 class RawClient:
     """Sends hand-built bytes or packets and reads the broker's packets back."""
 
-    def __init__(self, port: int, host: str = "127.0.0.1", version: int = MQTT_5) -> None:
-        self.sock = socket.create_connection((host, port), timeout=10)
+    def __init__(
+        self, port: int, host: str = "127.0.0.1", version: int = MQTT_5, source: str = ""
+    ) -> None:
+        """``source``: the local address to connect from (another 127.0.0.x, say)."""
+        address = (source, 0) if source else None
+        self.sock = socket.create_connection((host, port), timeout=10, source_address=address)
         self.version = version
         self.reader = PacketReader(protocol_version=version)
         self._pending: list[Packet] = []

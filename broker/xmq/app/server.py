@@ -19,7 +19,7 @@ from xmq.app.node_endpoint import NodeEndpoint, cluster_member_check, database_c
 from xmq.app.preflight import StartupError, check_startup
 from xmq.app.supervisor import Supervisor, follow_supervisor
 from xmq.app.worker_plan import worker_config, worker_count, worker_index
-from xmq.auth.file_accounts import FileAccounts
+from xmq.auth.file_accounts import AccountsFileError, FileAccounts
 from xmq.auth.postgres_accounts import PostgresAccounts, PostgresAccountsConfig
 from xmq.codec.reason_codes import ReasonCode
 from xmq.config import BrokerConfig, load_config
@@ -72,6 +72,7 @@ def core_settings(config: BrokerConfig) -> CoreSettings:
         max_retained_bytes=limits.max_retained_bytes,
         max_write_buffer_bytes=limits.max_write_buffer_bytes,
         sys_interval_s=config.sys.interval_s,
+        foreign_session=config.auth.foreign_session,
         version=__version__,
     )
 
@@ -107,6 +108,7 @@ class BrokerNode:
         self.worker = worker  # index when a supervisor runs this node (SO_REUSEPORT)
         self.broker = Broker(core_settings(config))
         authenticator, authorizer, self.account_store = build_auth(config, self.broker)
+        self.accounts_file = authenticator if isinstance(authenticator, FileAccounts) else None
         self.listeners = ListenerSet(
             self.broker,
             authenticator,
@@ -231,7 +233,14 @@ class BrokerNode:
     """The YAML file the node was started with (re-read on SIGHUP for the log settings)."""
 
     def reload(self) -> None:
-        """SIGHUP: reload TLS certificates now; re-read the log level and format."""
+        """SIGHUP: reload TLS certificates and the accounts file now; re-read the log level
+        and format."""
+        if self.accounts_file is not None:
+            try:  # removed or disabled users are disconnected, changed rules re-applied
+                self.accounts_file.reload(self.broker)
+                log.warning("SIGHUP: accounts file %s reloaded", self.accounts_file.path)
+            except AccountsFileError as error:
+                log.error("SIGHUP: accounts file not reloaded (the old one stays): %s", error)
         count = self.listeners.reload_certificates()
         link_tls = self.cluster.hub.link_tls if self.cluster is not None else None
         if link_tls is not None:

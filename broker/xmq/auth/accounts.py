@@ -10,9 +10,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Final
 
+from xmq.auth.hash_pool import HashPool, HashPoolBusyError
 from xmq.auth.verifiers import HashPolicy, ScramCredentials, hash_password, verify_password
 from xmq.core.auth_ports import (
     AUTH_BAD_USERNAME_OR_PASSWORD,
+    AUTH_CONNECTION_RATE_EXCEEDED,
     AUTH_NOT_AUTHORIZED,
     AUTH_SUCCESS,
     AuthDecision,
@@ -56,26 +58,38 @@ def decision_for(record: AccountRecord) -> AuthDecision:
     return AuthDecision(AUTH_SUCCESS, username=record.username, groups=record.groups)
 
 
-async def verify_in_thread(password: bytes, verifier: str) -> bool:
-    """Slow-hash verification off the event loop."""
-    return await asyncio.to_thread(verify_password, password, verifier)
+def busy_decision(error: HashPoolBusyError) -> AuthDecision:
+    """The answer to a login refused by the hashing pool (not a failed login)."""
+    return AuthDecision(AUTH_CONNECTION_RATE_EXCEEDED, reason_string=str(error))
 
 
 class TimingShield:
-    """Checks a password against a throwaway verifier of the policy's cost, so a login with
+    """Slow hashes of password logins on the fair pool (``HashPool``): the verification of a
+    password, and a check against a throwaway verifier of the policy's cost, so a login with
     an unknown user name takes as long as one with a wrong password (no user enumeration
-    by timing). The throwaway verifier is made on first use."""
+    by timing). The throwaway verifier is made on first use. Both raise
+    ``HashPoolBusyError`` when the login's address has too many hashes waiting."""
 
-    __slots__ = ("_policy", "_verifier")
+    __slots__ = ("_making", "_policy", "_verifier", "pool")
 
-    def __init__(self, policy: HashPolicy) -> None:
+    def __init__(self, policy: HashPolicy, pool: HashPool) -> None:
         self._policy = policy
         self._verifier: str | None = None
+        self._making: asyncio.Future[str] | None = None  # made once, however many wait
+        self.pool = pool
 
-    async def spend(self, password: bytes) -> None:
-        if self._verifier is None:
-            self._verifier = await asyncio.to_thread(hash_password, os.urandom(16), self._policy)
-        await verify_in_thread(password, self._verifier)
+    async def verify(self, peer: str, password: bytes, verifier: str) -> bool:
+        return await self.pool.run(peer, verify_password, password, verifier)
+
+    async def spend(self, password: bytes, peer: str) -> None:
+        verifier = self._verifier
+        if verifier is None:
+            if self._making is None:
+                self._making = asyncio.ensure_future(
+                    asyncio.to_thread(hash_password, os.urandom(16), self._policy)
+                )
+            verifier = self._verifier = await asyncio.shield(self._making)
+        await self.verify(peer, password, verifier)
 
 
 class VerifiedPasswords:

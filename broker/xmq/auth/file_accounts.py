@@ -27,12 +27,13 @@ from xmq.auth.accounts import (
     TimingShield,
     VerifiedPasswords,
     bad_credentials,
+    busy_decision,
     decision_for,
-    verify_in_thread,
     with_default_group,
 )
 from xmq.auth.acl import AclRule, Action, Permission, RuleAcl
 from xmq.auth.acl_patterns import PatternError
+from xmq.auth.hash_pool import HashPool, HashPoolBusyError
 from xmq.auth.login_guard import LoginGuard
 from xmq.auth.scram_exchange import start_scram_exchange
 from xmq.auth.verifiers import HashPolicy, ScramCredentials, VerifierError, parse_verifier
@@ -150,13 +151,16 @@ class FileAccounts:
         path: Path | None = None,
         allow_anonymous: bool | None = None,
         hash_policy: HashPolicy | None = None,
+        hash_pool: HashPool | None = None,
     ) -> None:
         """`allow_anonymous`, when given, overrides the file's setting; `hash_policy` is the
-        cost an unknown user name is made to spend (like a real verification)."""
+        cost an unknown user name is made to spend (like a real verification); `hash_pool`
+        runs the slow hashes (default: one serving addresses without failed logins first)."""
         self.path = path
-        self._shield = TimingShield(hash_policy or HashPolicy())
         self._anonymous_override = allow_anonymous
         self.guard = guard if guard is not None else LoginGuard()
+        pool = hash_pool or HashPool(self.guard.address_rank)
+        self._shield = TimingShield(hash_policy or HashPolicy(), pool)
         self._verified = VerifiedPasswords()
         self._apply(parse_accounts(data))
 
@@ -219,16 +223,19 @@ class FileAccounts:
             )
         record = self._records.get(username)
         verifier = record.verifier if record is not None else None
-        if record is None or verifier is None or password is None:
-            if password is not None:
-                await self._shield.spend(password)
-            self.guard.record_failure(username, credentials.peer)
-            return bad_credentials()
-        if not self._verified.check(username, verifier, password):
-            if not await verify_in_thread(password, verifier):
+        try:
+            if record is None or verifier is None or password is None:
+                if password is not None:
+                    await self._shield.spend(password, credentials.peer)
                 self.guard.record_failure(username, credentials.peer)
                 return bad_credentials()
-            self._verified.remember(username, verifier, password)
+            if not self._verified.check(username, verifier, password):
+                if not await self._shield.verify(credentials.peer, password, verifier):
+                    self.guard.record_failure(username, credentials.peer)
+                    return bad_credentials()
+                self._verified.remember(username, verifier, password)
+        except HashPoolBusyError as error:
+            return busy_decision(error)
         self.guard.record_success(username, credentials.peer)
         return decision_for(record)
 

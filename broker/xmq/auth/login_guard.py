@@ -54,6 +54,9 @@ class _Buckets:
             del self._levels[key]
         return level
 
+    def level(self, key: str, now: float) -> float:
+        return self._level(key, now)
+
     def full(self, key: str, now: float) -> bool:
         # Full when one more failure would exceed the limit (a bucket drains continuously,
         # so N failures in quick succession leave it just under N).
@@ -71,7 +74,7 @@ class _Buckets:
 
 
 class LoginGuard:
-    __slots__ = ("_users", "_addresses", "_clock", "refused")
+    __slots__ = ("_addresses", "_clock", "_good", "_max_good", "_users", "refused")
 
     def __init__(
         self, policy: GuardPolicy | None = None, clock: Callable[[], float] = time.monotonic
@@ -82,6 +85,8 @@ class LoginGuard:
             policy.failures_per_address, policy.window_seconds, policy.max_tracked
         )
         self._clock = clock
+        self._good: OrderedDict[str, None] = OrderedDict()  # addresses with a recent success
+        self._max_good = policy.max_tracked
         self.refused = 0
         """Logins refused by the guard (a counter for metrics)."""
 
@@ -94,6 +99,15 @@ class LoginGuard:
             self.refused += 1
         return not blocked
 
+    def address_rank(self, address: str) -> float:
+        """How the hashing pool ranks a source address (lowest first): -1 when a login from
+        it succeeded lately and none failed since, else its recent failed logins (its
+        bucket's level; 0: none)."""
+        level = self._addresses.level(address, self._clock())
+        if level > 0.0:
+            return level
+        return -1.0 if address in self._good else 0.0
+
     def record_failure(self, username: str | None, peer: str) -> None:
         now = self._clock()
         self._addresses.add(peer_address(peer), now)
@@ -103,3 +117,8 @@ class LoginGuard:
     def record_success(self, username: str | None, peer: str) -> None:
         if username is not None:
             self._users.reset(username)
+        good = self._good
+        good[peer_address(peer)] = None
+        good.move_to_end(peer_address(peer))
+        while len(good) > self._max_good:
+            good.popitem(last=False)

@@ -31,10 +31,11 @@ from xmq.auth.accounts import (
     TimingShield,
     VerifiedPasswords,
     bad_credentials,
+    busy_decision,
     decision_for,
-    verify_in_thread,
 )
 from xmq.auth.acl import AclRule, DenyAll, RuleAcl
+from xmq.auth.hash_pool import HashPool, HashPoolBusyError
 from xmq.auth.login_guard import GuardPolicy, LoginGuard
 from xmq.auth.postgres_notify import AccountsListener, ChangeHandler
 from xmq.auth.postgres_schema import migrate
@@ -106,7 +107,7 @@ class PostgresAccounts:
         self.events: AuthEvents = events if events is not None else NullAuthEvents()
         self.guard = guard if guard is not None else LoginGuard(config.guard_policy)
         self._verified = VerifiedPasswords(config.cache_size)
-        self._shield = TimingShield(config.hash_policy)
+        self._shield = TimingShield(config.hash_policy, HashPool(self.guard.address_rank))
         self._cache: OrderedDict[str, _CacheEntry] = OrderedDict()
         self._generation = 0
         self._changes = 0
@@ -289,18 +290,21 @@ class PostgresAccounts:
         except AccountStoreUnavailableError:
             return AuthDecision(AUTH_SERVER_UNAVAILABLE, reason_string="account store unavailable")
         record = entry.account.record if entry.account is not None else None
-        if record is None or record.verifier is None or password is None:
-            if password is not None:
-                await self._shield.spend(password)
-            self.guard.record_failure(username, peer)
-            return bad_credentials()
-        verifier = record.verifier
-        if not self._verified.check(username, verifier, password):
-            if not await verify_in_thread(password, verifier):
+        try:
+            if record is None or record.verifier is None or password is None:
+                if password is not None:
+                    await self._shield.spend(password, peer)
                 self.guard.record_failure(username, peer)
                 return bad_credentials()
-            self._verified.remember(username, verifier, password)
-            self._maybe_rehash(record, password)
+            verifier = record.verifier
+            if not self._verified.check(username, verifier, password):
+                if not await self._shield.verify(peer, password, verifier):
+                    self.guard.record_failure(username, peer)
+                    return bad_credentials()
+                self._verified.remember(username, verifier, password)
+                self._maybe_rehash(record, password)
+        except HashPoolBusyError as error:
+            return busy_decision(error)
         self.guard.record_success(username, peer)
         return decision_for(record)
 

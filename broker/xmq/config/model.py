@@ -287,6 +287,12 @@ class AuthConfig(Section):
     cache_ttl_s: float = Field(
         default=300.0, gt=0, description="Seconds an account and its rules stay cached."
     )
+    foreign_session: Literal["refuse", "clean_start"] = Field(
+        default="refuse",
+        description="A CONNECT by another user (or anonymous) with the client id of a session "
+        "someone else holds: refuse it with 0x87 Not authorized, the session and its client "
+        "undisturbed (refuse), or discard that session and start clean (clean_start).",
+    )
 
 
 class SysConfig(Section):

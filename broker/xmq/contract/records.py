@@ -53,6 +53,11 @@ class SessionOwner(_Record):
 
     node_id: NodeIdStr
     epoch: int = Field(ge=1)
+    identity: str | None = Field(
+        default=None,
+        description="who holds the session: 'user:<name>' or 'anonymous' (absent: written "
+        "before identities were recorded; not checked)",
+    )
 
 
 class SessionState(_Record):
@@ -61,6 +66,9 @@ class SessionState(_Record):
     protocol_version: int = Field(ge=3, le=5)
     expiry_interval: int = Field(ge=0, le=0xFFFFFFFF, description="seconds; 0xFFFFFFFF never")
     disconnected_at: float | None = Field(default=None, ge=0)
+    identity: str | None = Field(
+        default=None, description="who holds the session (as in ``SessionOwner``)"
+    )
 
 
 class RetainedMessage(_Record):

@@ -4,7 +4,10 @@
   compare-and-set of ``session:owner:<client id>``; a dead owner's claim (no lease, or a lease
   of another epoch) is taken directly; a live owner's is refused with its node id so the
   connecting node can ask it to hand the session over (and then claim with ``expected``).
-  When asked, the reply carries the stored persistent session.
+  When asked, the reply carries the stored persistent session. The owner record and the
+  stored state name the identity (user) that holds the session; a claim by another identity
+  of a live or stored session is refused (``FOREIGN``) before anything changes, or (when the
+  caller asks so) starts the session clean.
 * :data:`RELEASE_SESSION` — a session ended: delete its owner record (only when still ours) and
   its stored state.
 * :data:`APPEND_IF_OWNER` — a publishing node appends a message to the Redis queue of a session
@@ -32,18 +35,50 @@ CLAIM_SESSION = """\
 -- KEYS: 1 owner, 2 my node sessions, 3 orphaned, 4 subs, 5 queue, 6 inflight, 7 qos2in, 8 state
 -- ARGV: 1 my node id, 2 my epoch, 3 key prefix, 4 clean start, 5 durable, 6 expected owner
 --       node ('' none), 7 expected owner epoch, 8 client id, 9 want state, 10 protocol
---       version, 11 expiry interval
+--       version, 11 expiry interval, 12 the connecting identity ('' no check), 13 '1' refuse
+--       a session of another identity ('0': start it clean)
 local raw = redis.call('GET', KEYS[1])
-local prev_node, prev_epoch = '', 0
+local prev_node, prev_epoch, holder = '', 0, nil
 if raw then
   local ok, owner = pcall(cjson.decode, raw)
   if ok and type(owner) == 'table' then
     prev_node = tostring(owner['node_id'] or '')
     prev_epoch = tonumber(owner['epoch']) or 0
+    if type(owner['identity']) == 'string' then
+      holder = owner['identity']
+    end
   end
 end
 local my_epoch = tonumber(ARGV[2])
 local mine = prev_node == ARGV[1] and prev_epoch == my_epoch
+local clean = ARGV[4] == '1'
+if ARGV[12] ~= '' then
+  if holder == nil then
+    holder = redis.call('HGET', KEYS[8], 'identity') or nil
+  end
+  if holder ~= nil and holder ~= ARGV[12] then
+    -- another identity's session: alive (a leased owner) or stored (persistent) is never
+    -- inherited; refused before any change, so its client is not disturbed
+    local live = mine
+    if prev_node ~= '' and not mine then
+      local lease = redis.call('GET', ARGV[3] .. 'node:lease:' .. prev_node)
+      if lease then
+        local ok, l = pcall(cjson.decode, lease)
+        live = ok and type(l) == 'table' and tonumber(l['epoch']) == prev_epoch
+      end
+    end
+    if live or redis.call('EXISTS', KEYS[8]) == 1 then
+      if ARGV[13] == '1' then
+        return {3, prev_node, prev_epoch, ''}
+      end
+      clean = true
+    end
+  end
+end
+local identity = ''
+if ARGV[12] ~= '' then
+  identity = ',"identity":' .. cjson.encode(ARGV[12])
+end
 if prev_node ~= '' and not mine then
   local expected = prev_node == ARGV[6] and prev_epoch == tonumber(ARGV[7])
   if not expected then
@@ -57,21 +92,24 @@ if prev_node ~= '' and not mine then
   end
   redis.call('SREM', ARGV[3] .. 'node:sessions:' .. prev_node, ARGV[8])
 end
-redis.call('SET', KEYS[1], '{"node_id":"' .. ARGV[1] .. '","epoch":' .. ARGV[2] .. '}')
+redis.call('SET', KEYS[1], '{"node_id":"' .. ARGV[1] .. '","epoch":' .. ARGV[2] .. identity .. '}')
 if not raw then
   -- a client id nobody owns has no stored state: the cheap path of most connects
   if ARGV[5] == '1' then
     redis.call('SADD', KEYS[2], ARGV[8])
     redis.call('HSET', KEYS[8], 'protocol_version', ARGV[10], 'expiry_interval', ARGV[11])
+    if ARGV[12] ~= '' then
+      redis.call('HSET', KEYS[8], 'identity', ARGV[12])
+    end
   end
   return {0}
 end
 redis.call('SREM', KEYS[3], ARGV[8])
-if ARGV[4] == '1' then
+if clean then
   redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 end
 local reply = {0}
-if ARGV[4] ~= '1' and ARGV[9] == '1' and redis.call('EXISTS', KEYS[8]) == 1 then
+if not clean and ARGV[9] == '1' and redis.call('EXISTS', KEYS[8]) == 1 then
   reply = {1, prev_node, prev_epoch, '', redis.call('HGETALL', KEYS[4]),
            redis.call('LRANGE', KEYS[5], 0, -1), redis.call('HGETALL', KEYS[6]),
            redis.call('SMEMBERS', KEYS[7])}
@@ -79,13 +117,16 @@ end
 if ARGV[5] == '1' then
   redis.call('SADD', KEYS[2], ARGV[8])
   redis.call('HSET', KEYS[8], 'protocol_version', ARGV[10], 'expiry_interval', ARGV[11])
+  if ARGV[12] ~= '' then
+    redis.call('HSET', KEYS[8], 'identity', ARGV[12])
+  end
   redis.call('HDEL', KEYS[8], 'disconnected_at')
   for i = 4, 8 do
     redis.call('PERSIST', KEYS[i])  -- connected again: no expiry while the client is here
   end
 else
   redis.call('SREM', KEYS[2], ARGV[8])
-  if ARGV[4] ~= '1' then
+  if not clean then
     redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
   end
 end
@@ -177,6 +218,8 @@ class ClaimOutcome(enum.IntEnum):
     """The claim is ours and the reply carries the stored persistent session."""
     OWNED_ELSEWHERE = 2
     """A live node owns the session: ask it to hand over, then claim with ``expected``."""
+    FOREIGN = 3
+    """Another identity holds the session (alive or stored): nothing was changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +247,7 @@ class ClaimReply:
         if not isinstance(reply, list) or not reply:
             raise ValueError(f"unexpected claim reply {reply!r}")
         outcome = ClaimOutcome(int(reply[0]))
-        if outcome == ClaimOutcome.CLAIMED:
+        if outcome in (ClaimOutcome.CLAIMED, ClaimOutcome.FOREIGN):
             return cls(outcome)
         node, epoch, address = _text(reply[1]), int(reply[2]), _text(reply[3])
         if outcome == ClaimOutcome.OWNED_ELSEWHERE:
@@ -253,8 +296,14 @@ def claim_session(
     protocol_version: int,
     expiry_interval: int,
     expected: tuple[str, int] | None = None,
+    identity: str = "",
+    refuse_foreign: bool = True,
 ) -> ScriptCall:
-    """The :data:`CLAIM_SESSION` call of one CONNECT."""
+    """The :data:`CLAIM_SESSION` call of one CONNECT.
+
+    ``identity``: who connects (stored with the session; ``''``: no identity check);
+    ``refuse_foreign``: another identity's session is refused (else started clean).
+    """
     exp_node, exp_epoch = expected if expected is not None else ("", 0)
     return ScriptCall(
         CLAIM_SESSION,
@@ -276,6 +325,8 @@ def claim_session(
             "1" if want_state else "0",
             str(protocol_version),
             str(expiry_interval),
+            identity,
+            "1" if refuse_foreign else "0",
         ),
     )
 

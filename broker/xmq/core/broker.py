@@ -154,8 +154,13 @@ class Broker(AuthEvents):
         conn: ClientConnection,
         terms: ConnectTerms,
         restored: RestoredSession | None = None,
+        owner: str = "",
     ) -> tuple[Session, bool]:
-        """Bind a connection to its session (taking over a live one); return (session, present)."""
+        """Bind a connection to its session (taking over a live one); return (session, present).
+
+        ``owner``: the connecting identity (``core.session_access``), recorded with the
+        session; the caller has checked that an existing session is not another identity's.
+        """
         existing = self.sessions.get(terms.client_id)
         if existing is not None and existing.connection is not None:
             existing.connection.take_over()  # detaches at once (may end the session)
@@ -179,6 +184,8 @@ class Broker(AuthEvents):
             self._cancel_timers(session)
         self.set_expiry(session, terms.session_expiry_s)
         session.connection = conn
+        if owner:
+            session.owner = owner
         if self.store is not None:
             session.store = self.store if terms.session_expiry_s else None
             if session.store is not None and not isinstance(

@@ -5,6 +5,9 @@ same loop tick). When a live node owns the session, it is asked over the node li
 the client (0x8E) and hand the session over; the claim is then repeated, expecting that owner.
 An owner that cannot be reached is waited out until its lease expires, for at most
 ``cluster.connect_wait_s``; then CONNACK 0x88 (Server unavailable), which clients retry.
+The claim carries the connecting identity: a session another identity holds is refused by the
+script before anything changes (:class:`ForeignSessionError`), so its client is never asked to
+hand it over.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import TYPE_CHECKING
 from xmq.core.cluster_ports import (
     ClaimOutcome,
     ClusterUnavailableError,
+    ForeignSessionError,
     RestoredSession,
 )
 from xmq.core.session import Session, Subscription
@@ -26,8 +30,14 @@ if TYPE_CHECKING:
 _MAX_ROUNDS = 6
 
 
-async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSession | None:
-    """Make this node the owner of ``terms.client_id``; return the stored session, if any."""
+async def claim_cluster_wide(
+    broker: Broker, terms: ConnectTerms, identity_name: str = "", refuse_foreign: bool = True
+) -> RestoredSession | None:
+    """Make this node the owner of ``terms.client_id``; return the stored session, if any.
+
+    ``identity_name``: who connects (``core.session_access.identity_of``); raises
+    :class:`ForeignSessionError` when another identity holds the session (``refuse_foreign``).
+    """
     identity = broker.identity
     directory = broker.directory
     if identity is None or directory is None:
@@ -53,6 +63,8 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
                 protocol_version=terms.protocol_version,
                 expiry_interval=terms.session_expiry_s,
                 expected=expected,
+                identity=identity_name,
+                refuse_foreign=refuse_foreign,
             )
         finally:  # runs right before the caller attaches (no await in between)
             revoked = client_id in broker.revoked_claims
@@ -68,6 +80,8 @@ async def claim_cluster_wide(broker: Broker, terms: ConnectTerms) -> RestoredSes
             # Another node took the session over (TAKEOVER) while this claim's reply was on its
             # way: the takeover is the later event, so this connection does not get it.
             raise ClusterUnavailableError("session taken over by another node during the claim")
+        if result.outcome == ClaimOutcome.FOREIGN:
+            raise ForeignSessionError(f"client id {client_id!r} is another user's session")
         if result.outcome != ClaimOutcome.OWNED_ELSEWHERE:
             if broker.sessions.get(client_id) is not None:
                 return None  # the in-memory session is newer than any stored copy

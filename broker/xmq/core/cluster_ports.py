@@ -42,10 +42,16 @@ class ClusterUnavailableError(Exception):
     """The cluster cannot serve a CONNECT now (node offline, Redis unreachable): 0x88."""
 
 
+class ForeignSessionError(Exception):
+    """The client id's session belongs to another identity (user): never inherited."""
+
+
 class ClaimOutcome(enum.IntEnum):
     CLAIMED = 0
     RESTORED = 1
     OWNED_ELSEWHERE = 2
+    FOREIGN = 3
+    """Another identity holds the session (alive or stored); nothing was changed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,8 +98,14 @@ class SessionDirectory(Protocol):
         protocol_version: int,
         expiry_interval: int,
         expected: tuple[str, int] | None = None,
+        identity: str = "",
+        refuse_foreign: bool = True,
     ) -> ClaimResult:
-        """Claim ``client_id`` for this node; raises :class:`ClusterUnavailableError`."""
+        """Claim ``client_id`` for this node; raises :class:`ClusterUnavailableError`.
+
+        ``identity`` (who connects) is recorded with the session; a session of another
+        identity is refused (``FOREIGN``), or started clean when ``refuse_foreign`` is False.
+        """
         ...
 
     def release(self, client_id: str) -> None:

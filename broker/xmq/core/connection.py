@@ -33,7 +33,13 @@ from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import DISCONNECT_REASONS, ReasonCode
 from xmq.codec.writer import encode
 from xmq.core.auth_ports import AllowAll, Authenticator, AuthExchange, Authorizer, ClientAcl
-from xmq.core.connection_states import AUTHENTICATING, AWAIT_CONNECT, CLOSED, CONNECTED
+from xmq.core.connection_states import (
+    AUTHENTICATING,
+    AWAIT_CONNECT,
+    CLAIMING,
+    CLOSED,
+    CONNECTED,
+)
 from xmq.core.login_flow import on_auth, on_connect, refuse_connect, reload_acl
 from xmq.core.message import Message
 from xmq.core.ports import ClientLink
@@ -57,6 +63,10 @@ _AS_DISCONNECT: dict[int, int] = {
 }
 
 _PINGRESP = b"\xd0\x00"
+MAX_HELD_PACKETS = 1024
+"""Packets a client may pipeline after its CONNECT, held until the CONNACK."""
+MAX_PENDING_BEFORE_CONNACK = 65_536
+"""Bytes of an incomplete packet read during an enhanced-authentication exchange."""
 _ALLOW_ALL = AllowAll()
 
 
@@ -131,18 +141,61 @@ class ClientConnection:
                 self.close_with(ReasonCode.PROTOCOL_ERROR, f"unexpected {type(packet).__name__}")
                 return
             handler(self, packet)
-        elif state == AUTHENTICATING:
-            if self.held_packets is None:
-                self.held_packets = []
+        elif state in (AUTHENTICATING, CLAIMING):
             if isinstance(packet, Auth):
                 on_auth(self, packet)
             else:
-                self.held_packets.append(packet)
+                self._hold(packet)
         elif state == AWAIT_CONNECT:
             if isinstance(packet, Connect):
                 on_connect(self, packet)
             else:
                 refuse_connect(self, ReasonCode.PROTOCOL_ERROR, "the first packet must be CONNECT")
+
+    def _hold(self, packet: Packet) -> None:
+        """A packet sent before the CONNACK: held until the login is accepted, within bounds.
+
+        With enhanced authentication only AUTH and DISCONNECT may come before the CONNACK
+        [MQTT-3.1.2-30]: anything else is a protocol error, a DISCONNECT ends the attempt.
+        Otherwise (a client may pipeline after its CONNECT) at most ``MAX_HELD_PACKETS`` are
+        held: reading is paused meanwhile, so they came in the CONNECT's read.
+        """
+        terms = self.terms
+        if terms is not None and terms.authentication_method is not None:
+            if isinstance(packet, Disconnect):
+                self.state = CLOSED
+                self.link.close()
+            else:
+                refuse_connect(self, ReasonCode.PROTOCOL_ERROR, "only AUTH before the CONNACK")
+            return
+        held = self.held_packets
+        if held is None:
+            held = self.held_packets = []
+        if len(held) >= MAX_HELD_PACKETS:
+            refuse_connect(self, ReasonCode.QUOTA_EXCEEDED, "too many packets before the CONNACK")
+            return
+        held.append(packet)
+
+    def accepts_pending(self, pending: int) -> bool:
+        """Whether ``pending`` bytes of an incomplete packet may wait in the network adapter.
+
+        During an enhanced-authentication exchange (reading is open for the client's AUTH)
+        at most ``MAX_PENDING_BEFORE_CONNACK``: an AUTH is small, and nothing else may come.
+        """
+        if pending <= MAX_PENDING_BEFORE_CONNACK or self.state == CONNECTED:
+            return True
+        terms = self.terms
+        return self.state == AWAIT_CONNECT or terms is None or terms.authentication_method is None
+
+    def refuse_pending(self) -> None:
+        """Too many bytes of an incomplete packet before the CONNACK (``accepts_pending``)."""
+        refuse_connect(self, ReasonCode.PACKET_TOO_LARGE, "too much data before the CONNACK")
+
+    def login_overdue(self) -> bool:
+        """The connect deadline came: True while the login still waits for the client (its
+        CONNECT, the password check, an AUTH of an exchange), not while its session is claimed
+        cluster-wide (``CLAIMING``: bounded by the claim itself)."""
+        return self.state in (AWAIT_CONNECT, AUTHENTICATING)
 
     def protocol_error(self, error: ProtocolError) -> None:
         """The decoder refused the input: answer with the error's reason code and close."""

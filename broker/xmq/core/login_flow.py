@@ -24,10 +24,18 @@ from xmq.codec.reason_codes import ReasonCode, connack_v311_code
 from xmq.codec.writer import encode
 from xmq.core.auth_ports import AuthDecision, AuthExchange, Credentials
 from xmq.core.cluster_claims import claim_cluster_wide
-from xmq.core.cluster_ports import ClusterUnavailableError, RestoredSession
-from xmq.core.connection_states import AUTHENTICATING, CLOSED, CONNECTED
+from xmq.core.cluster_ports import ClusterUnavailableError, ForeignSessionError, RestoredSession
+from xmq.core.connection_states import AUTHENTICATING, CLAIMING, CLOSED, CONNECTED
+from xmq.core.session_access import (
+    CLEAN_START,
+    identity_of,
+    is_foreign,
+    recheck_resumed,
+    will_refusal,
+)
 from xmq.protocol.connect_terms import (
     ConnectRefused,
+    ConnectTerms,
     ServerLimits,
     connack_is_plain,
     connack_properties,
@@ -41,8 +49,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xmq.connection")  # one logger for everything about a connection
 
-# MQTT 3.1.1 has no CONNACK code for these: the connection is just closed.
-_CLOSE_SILENTLY_V311 = frozenset((ReasonCode.MALFORMED_PACKET, ReasonCode.PROTOCOL_ERROR))
+# MQTT 3.1.1 has no CONNACK code for these: the connection is just closed (an invalid will
+# topic is a malformed CONNECT there).
+_CLOSE_SILENTLY_V311 = frozenset(
+    (ReasonCode.MALFORMED_PACKET, ReasonCode.PROTOCOL_ERROR, ReasonCode.TOPIC_NAME_INVALID)
+)
 
 # Refusals of admission control (connection limits and rates): load shedding, logged at DEBUG
 # only: a storm refused at thousands per second would otherwise log as many INFO lines. They
@@ -160,7 +171,7 @@ def _task_done(conn: ClientConnection, task: asyncio.Future[None]) -> None:
 
 def _finished(conn: ClientConnection, error: BaseException) -> None:
     log.error("authentication failed unexpectedly for %s", conn.link.peer, exc_info=error)
-    if conn.state == AUTHENTICATING:
+    if conn.state in (AUTHENTICATING, CLAIMING):
         refuse_connect(conn, ReasonCode.SERVER_UNAVAILABLE, "authentication error")
     elif conn.state == CONNECTED:
         conn.close_with(ReasonCode.UNSPECIFIED_ERROR, "re-authentication error")
@@ -262,14 +273,30 @@ async def _accept(
         broker.stats.cap_hit(cap)
         refuse_connect(conn, ReasonCode.QUOTA_EXCEEDED, f"{cap} cap reached")
         return
+    settings = broker.settings
+    if connect.will is not None:
+        refusal = will_refusal(
+            connect.will, acl, settings.max_topic_length, settings.max_topic_levels
+        )
+        if refusal is not None:
+            refuse_connect(conn, *refusal)
+            return
+    owner = identity_of(decision.username)
+    refuse_foreign = settings.foreign_session != CLEAN_START
+    if _foreign_refused(conn, terms, owner, refuse_foreign):
+        return
     restored: RestoredSession | None = None
     if broker.directory is not None:
+        conn.state = CLAIMING  # out of the connect deadline: the claim has its own bound
         try:  # one batched Redis round trip: this node becomes the client id's owner
-            restored = await claim_cluster_wide(broker, terms)
+            restored = await claim_cluster_wide(broker, terms, owner, refuse_foreign)
         except ClusterUnavailableError as error:
             refuse_connect(conn, ReasonCode.SERVER_UNAVAILABLE, str(error))
             return
-        if conn.state != AUTHENTICATING:
+        except ForeignSessionError as error:
+            refuse_connect(conn, ReasonCode.NOT_AUTHORIZED, str(error))
+            return
+        if conn.state != CLAIMING or _foreign_refused(conn, terms, owner, refuse_foreign):
             return
     conn.acl = acl
     conn.username = decision.username
@@ -277,8 +304,18 @@ async def _accept(
     conn.max_packet_size = terms.client_max_packet_size
     if terms.client_topic_alias_maximum:
         conn.out_aliases = OutboundTopicAliases(terms.client_topic_alias_maximum)
-    session, present = broker.attach(conn, terms, restored)
+    session, present = broker.attach(conn, terms, restored, owner)
     conn.session = session
+    if present:  # the rules may have changed while it was away
+        removed, dropped = recheck_resumed(broker, session, acl)
+        if (removed or dropped) and log.isEnabledFor(logging.INFO):
+            log.info(
+                "%s (%s) resumed: %d subscriptions and %d messages no longer allowed, dropped",
+                conn.link.peer,
+                terms.client_id,
+                removed,
+                dropped,
+            )
     session.will = connect.will
     conn.state = CONNECTED
     broker.connections.add(conn)
@@ -329,6 +366,21 @@ async def _accept(
             if conn.state != CONNECTED:
                 break
             conn.handle(packet)
+
+
+def _foreign_refused(
+    conn: ClientConnection, terms: ConnectTerms, owner: str, refuse_foreign: bool
+) -> bool:
+    """A session of another identity under this client id: refuse the CONNECT (True, its
+    client is not disturbed) or, with the ``clean_start`` policy, start clean."""
+    existing = conn.broker.sessions.get(terms.client_id)
+    if existing is None or not is_foreign(existing, owner):
+        return False
+    if refuse_foreign:
+        refuse_connect(conn, ReasonCode.NOT_AUTHORIZED, "client id in use by another user")
+        return True
+    terms.clean_start = True
+    return False
 
 
 def _plain_connack(limits: ServerLimits, present: bool) -> bytes:
@@ -391,3 +443,6 @@ async def _reload_acl(conn: ClientConnection) -> None:
     for key, sub in list(session.subscriptions.items()):
         if not conn.acl.can_subscribe(sub.topic_filter, sub.qos):
             conn.broker.unsubscribe(session, key)
+    will = session.will
+    if will is not None and not conn.acl.can_publish(will.topic, will.qos, will.retain):
+        session.will = None  # no longer allowed: never published

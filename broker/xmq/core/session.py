@@ -155,6 +155,7 @@ class Session:
         "inflight",
         "limits",
         "owed",
+        "owner",
         "packet_ids",
         "queue",
         "queued_bytes",
@@ -184,6 +185,7 @@ class Session:
         self.stats = stats
         self.store: DurableStore | None = None  # set for persistent sessions in a cluster
         self.owed: deque[Delivery] | None = None  # writes waiting for the store (owed_writes)
+        self.owner = ""  # the identity it belongs to (core.session_access; '': not recorded)
 
     # -- outbound ---------------------------------------------------------------------------
 

@@ -27,4 +27,7 @@ class CoreSettings:
     max_write_buffer_bytes: int = 4 * 1024 * 1024
     sys_interval_s: float = 10.0
     response_information_prefix: str = "response/"
+    foreign_session: str = "refuse"
+    """A CONNECT of another identity with a session's client id: ``refuse`` or
+    ``clean_start`` (``core.session_access``)."""
     version: str = "0.1.0"

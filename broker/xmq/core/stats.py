@@ -68,6 +68,7 @@ class BrokerStats:
         "sent_by_qos",
         "sent_bytes_by_qos",
         "subscribe_refused_by_reason",
+        "subscriptions_revoked",
     )
 
     def __init__(self) -> None:
@@ -108,6 +109,8 @@ class BrokerStats:
         """Time from a PUBLISH read to its bytes queued for every subscriber's connection."""
         self.disconnects_by_reason: dict[int, int] = {}
         """Connections the server closed, by DISCONNECT reason (0x8D keep alive, 0x90 ...)."""
+        self.subscriptions_revoked = 0
+        """Subscriptions of resumed sessions removed because the rules no longer allow them."""
 
     def cap_hit(self, cap: str) -> None:
         """Count one request refused at a cap (rare: at a cap, never on the hot path)."""

@@ -177,6 +177,15 @@ class MqttClientProtocol(asyncio.Protocol):
             self._backlog_error = self._backlog_error or error
             return
         self._handle_packets(packets, error)
+        pending = self.reader.pending  # before CONNACK only a small partial packet may wait
+        if (
+            pending
+            and conn.state != CONNECTED
+            and not self._closing
+            and not conn.accepts_pending(len(pending))
+        ):
+            conn.refuse_pending()
+            self._closing = True
 
     def _handle_packets(self, packets: list[Packet], error: ProtocolError | None) -> None:
         """Hand packets to the core in order; the rest goes to the next loop turn once this

@@ -237,9 +237,13 @@ class ListenerSet:
         return made
 
     def _connect_deadline(self, client: MqttClientProtocol, gate: ListenerGate) -> None:
-        if client in self.clients and client.conn.state == AWAIT_CONNECT:
+        """The connect timeout: a client that has not sent its CONNECT, or whose login still
+        waits for it (an unfinished AUTH exchange) or for its password check, is dropped."""
+        conn = client.conn
+        if client in self.clients and conn.login_overdue():
             gate.connect_timeouts += 1
-            log.info("dropped %s: no CONNECT within the connect timeout", client.peer)
+            what = "CONNECT" if conn.state == AWAIT_CONNECT else "finished login"
+            log.info("dropped %s: no %s within the connect timeout", client.peer, what)
             client.abort()
 
     def _close_hook(

@@ -163,6 +163,11 @@ class BrokerCollector(Collector):
         yield _counter(
             "xmq_publish_denied", "PUBLISH packets refused by ACL.", stats.publish_denied
         )
+        yield _counter(
+            "xmq_subscriptions_revoked",
+            "Subscriptions of resumed sessions removed: the user's rules no longer allow them.",
+            stats.subscriptions_revoked,
+        )
         yield _counter("xmq_bytes_received", "Bytes read from clients.", stats.bytes_received)
         yield _counter("xmq_bytes_sent", "Bytes written to clients.", stats.bytes_sent)
         yield _gauge(

@@ -42,6 +42,7 @@ _OUTCOMES = {
     ScriptOutcome.CLAIMED: ClaimOutcome.CLAIMED,
     ScriptOutcome.RESTORED: ClaimOutcome.RESTORED,
     ScriptOutcome.OWNED_ELSEWHERE: ClaimOutcome.OWNED_ELSEWHERE,
+    ScriptOutcome.FOREIGN: ClaimOutcome.FOREIGN,
 }
 
 
@@ -144,19 +145,23 @@ class RedisSessionDirectory:
         protocol_version: int,
         expiry_interval: int,
         expected: tuple[str, int] | None = None,
+        identity: str = "",
+        refuse_foreign: bool = True,
     ) -> ClaimResult:
-        identity = self.identity
+        node = self.identity
         call = claim_session(
             self.keys,
             client_id,
-            identity.node_id,
-            identity.epoch,
+            node.node_id,
+            node.epoch,
             clean_start=clean_start,
             durable=durable,
             want_state=want_state,
             protocol_version=protocol_version,
             expiry_interval=expiry_interval,
             expected=expected,
+            identity=identity,
+            refuse_foreign=refuse_foreign,
         )
         self.claims += 1
         try:

@@ -9,6 +9,7 @@ import redis
 
 from tests.support.redis_server import running_redis
 from xmq.contract import ClusterKeys, NodeLease
+from xmq.contract.records import SessionOwner
 from xmq.contract.scripts import ScriptCall
 from xmq.contract.session_scripts import (
     ClaimOutcome,
@@ -40,6 +41,8 @@ def _claim(
     epoch: int,
     clean: bool = False,
     expected: tuple[str, int] | None = None,
+    identity: str = "",
+    refuse_foreign: bool = True,
 ) -> ClaimReply:
     call = claim_session(
         KEYS,
@@ -52,6 +55,8 @@ def _claim(
         protocol_version=5,
         expiry_interval=60,
         expected=expected,
+        identity=identity,
+        refuse_foreign=refuse_foreign,
     )
     return ClaimReply.from_reply(_run(client, call))
 
@@ -127,3 +132,59 @@ def test_append_only_while_the_dead_owner_still_owns(client: redis.Redis) -> Non
     script, keys, args = append_if_owner(KEYS, "c7", ("d-0", 2), b"m2")
     assert client.eval(script, len(keys), *keys, *args) == [1, b"b-0", 1]
     assert client.lrange(KEYS.session_queue("c7"), 0, -1) == [b"m1"]
+
+
+def test_another_identity_never_inherits_a_live_session(client: redis.Redis) -> None:
+    _lease(client, "a-0", 1)
+    _lease(client, "b-0", 1)
+    _claim(client, "i1", "a-0", 1, identity="user:b")
+    owner_before = client.get(KEYS.session_owner("i1"))
+    assert SessionOwner.from_json(owner_before or b"").identity == "user:b"
+    assert client.hget(KEYS.session_state("i1"), "identity") == b"user:b"
+    client.rpush(KEYS.session_queue("i1"), b"for-b")
+    refused = _claim(client, "i1", "b-0", 1, identity="user:a")
+    assert refused.outcome == ClaimOutcome.FOREIGN  # not OWNED_ELSEWHERE: nobody is asked
+    assert client.get(KEYS.session_owner("i1")) == owner_before  # nothing changed
+    assert client.lrange(KEYS.session_queue("i1"), 0, -1) == [b"for-b"]
+    assert _claim(client, "i1", "b-0", 1, identity="anonymous").outcome == ClaimOutcome.FOREIGN
+    same = _claim(client, "i1", "b-0", 1, identity="user:b")
+    assert same.outcome == ClaimOutcome.OWNED_ELSEWHERE  # the same user: a normal takeover
+
+
+def test_another_identity_never_inherits_a_stored_session_of_a_dead_owner(
+    client: redis.Redis,
+) -> None:
+    _lease(client, "b-0", 1)
+    _claim(client, "i2", "d-0", 3, identity="user:b")  # d-0 holds no lease: dead
+    client.rpush(KEYS.session_queue("i2"), b"for-b")
+    assert _claim(client, "i2", "b-0", 1, identity="user:a").outcome == ClaimOutcome.FOREIGN
+    resumed = _claim(client, "i2", "b-0", 1, identity="user:b")
+    assert resumed.outcome == ClaimOutcome.RESTORED
+    assert resumed.stored is not None and resumed.stored.queue == [b"for-b"]
+
+
+def test_the_clean_start_policy_discards_another_identitys_session(client: redis.Redis) -> None:
+    _lease(client, "a-0", 1)
+    _claim(client, "i3", "a-0", 1, identity="user:b")
+    client.rpush(KEYS.session_queue("i3"), b"for-b")
+    reply = _claim(client, "i3", "a-0", 1, identity="user:a", refuse_foreign=False)
+    assert reply.outcome == ClaimOutcome.CLAIMED  # started clean: nothing of b's comes back
+    assert client.llen(KEYS.session_queue("i3")) == 0
+    assert client.hget(KEYS.session_state("i3"), "identity") == b"user:a"
+
+
+def test_a_dead_owners_ended_session_is_free_for_anyone(client: redis.Redis) -> None:
+    _lease(client, "b-0", 1)
+    call = claim_session(
+        KEYS, "i4", "d-0", 4, clean_start=True, durable=False, want_state=False,
+        protocol_version=5, expiry_interval=0, identity="user:b",
+    )  # fmt: skip
+    _run(client, call)  # a non-persistent session of a node that died: nothing stored
+    assert _claim(client, "i4", "b-0", 1, identity="user:a").outcome == ClaimOutcome.CLAIMED
+
+
+def test_records_without_an_identity_are_not_checked(client: redis.Redis) -> None:
+    _lease(client, "a-0", 1)
+    _claim(client, "i5", "a-0", 1)  # written without an identity (before they were recorded)
+    assert _claim(client, "i5", "a-0", 1, identity="user:a").outcome == ClaimOutcome.RESTORED
+    assert _claim(client, "i5", "a-0", 1, identity="user:b").outcome == ClaimOutcome.FOREIGN
