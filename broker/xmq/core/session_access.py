@@ -107,9 +107,7 @@ def recheck_resumed(broker: Broker, session: Session, acl: ClientAcl) -> tuple[i
         session.queue.clear()
         for delivery in queued:
             if delivery.owed == NOT_OWED and unreadable(delivery):
-                size = delivery.message.size
-                session.queued_bytes -= size
-                broker.stats.queued_bytes -= size
+                session.unqueued(delivery)
                 _forget(broker, session, delivery)
                 dropped += 1
             else:
