@@ -23,9 +23,11 @@ Typical use (see ``tests/integration/cluster/test_redis_faults.py``)::
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -40,6 +42,8 @@ from paho.mqtt.properties import Properties
 
 V311 = mqtt.MQTTv311
 V5 = mqtt.MQTTv5
+PROBE = b"probe"
+"""Payload of warm-up messages (QoS 0, not counted)."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,14 @@ class RoamingClient:
         finally:
             self._thread.join(10)
 
+    def drop(self) -> None:
+        """Cut the connection without DISCONNECT (a network loss): the client reconnects, to
+        the next node, and resumes its session there."""
+        sock = self.client.socket()
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
     def on_session(self, present: bool) -> None:
         """Called after each CONNACK (paho's thread)."""
 
@@ -231,8 +243,16 @@ class LedgerSubscriber(RoamingClient):
         self.topic = topic
         self.qos = qos
         self.subscribed = threading.Event()
-        self.client.on_message = lambda client, userdata, msg: ledger.receive(bytes(msg.payload))
+        self.probed = threading.Event()  # a warm-up probe arrived: its route is everywhere
+        self.client.on_message = self._on_message
         self.client.on_subscribe = lambda *args: self.subscribed.set()
+
+    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
+        payload = bytes(msg.payload)
+        if payload.startswith(PROBE):
+            self.probed.set()
+        else:
+            self.ledger.receive(payload)
 
     def on_session(self, present: bool) -> None:
         if not present:  # a new (or lost) session: subscribe again
@@ -353,13 +373,31 @@ class Fleet:
     subscribers: list[LedgerSubscriber] = field(default_factory=list)
     publishers: list[LedgerPublisher] = field(default_factory=list)
 
-    def start(self) -> None:
+    def start(self, timeout: float = 15.0) -> None:
+        """Connect everyone, then probe each topic until its subscriber gets a probe (its
+        subscription has reached every node): a publish before that may rightly find no
+        subscriber (0x10)."""
         for client in (*self.subscribers, *self.publishers):
             client.start()
+        by_topic = {s.topic: s for s in self.subscribers}
+        deadline = time.monotonic() + timeout
+        waiting = list(self.publishers)
+        while waiting:
+            for publisher in waiting:
+                publisher.client.publish(publisher.topic, PROBE, qos=0)
+            time.sleep(0.1)
+            waiting = [p for p in waiting if not by_topic[p.topic].probed.is_set()]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(waiting)} topics not routed to their subscriber")
 
     def stop(self) -> None:
         for client in (*self.publishers, *self.subscribers):
             client.stop()
+
+    def move_subscribers(self) -> None:
+        """Every subscriber drops its connection and resumes its session on the next node."""
+        for subscriber in self.subscribers:
+            subscriber.drop()
 
     @property
     def sessions_lost(self) -> int:
