@@ -26,7 +26,10 @@ def clear_dead_lease(redis_server: RedisServer, cluster: str, node_id: str) -> N
         client.close()
 
 
-def node_yaml(redis_url: str, cluster: str, lease_ttl_s: float, max_queued_writes: int) -> str:
+def node_yaml(
+    redis_url: str, cluster: str, lease_ttl_s: float, max_queued_writes: int, persistence: str = ""
+) -> str:
+    """``persistence``: more lines of the persistence section (e.g. ``  wait_replicas: 1\n``)."""
     return (
         "cluster:\n"
         f"  redis_url: {redis_url}\n"
@@ -36,6 +39,7 @@ def node_yaml(redis_url: str, cluster: str, lease_ttl_s: float, max_queued_write
         "  link_port: 0\n"
         "persistence:\n"
         f"  max_queued_writes: {max_queued_writes}\n"
+        f"{persistence}"
         "metrics:\n"
         "  enabled: false\n"
         "log:\n"
@@ -52,16 +56,24 @@ class ClusterNodes:
         cluster: str,
         lease_ttl_s: float = LEASE_TTL_S,
         max_queued_writes: int = 0,
+        url: str | None = None,
+        persistence: str = "",
     ) -> None:
+        """``url``: what the nodes are given (default: ``redis.url``; e.g. a Sentinel URL, with
+        ``redis`` the master at start)."""
         self.redis = redis
         self.cluster = cluster
         self.lease_ttl_s = lease_ttl_s
         self.max_queued_writes = max_queued_writes
+        self.url = url or redis.url
+        self.persistence = persistence
         self.nodes: dict[int, BrokerProcess] = {}
         self._all: list[BrokerProcess] = []
 
     def start(self, index: int) -> BrokerProcess:
-        yaml = node_yaml(self.redis.url, self.cluster, self.lease_ttl_s, self.max_queued_writes)
+        yaml = node_yaml(
+            self.url, self.cluster, self.lease_ttl_s, self.max_queued_writes, self.persistence
+        )
         process = BrokerProcess(yaml, env={"XMQ_NODE_ID": f"node-{index}"})
         self.nodes[index] = process
         self._all.append(process)

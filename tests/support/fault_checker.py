@@ -173,7 +173,8 @@ class RoamingClient:
         try:
             self.client.disconnect()
         finally:
-            self._thread.join(10)
+            if self._thread.is_alive():
+                self._thread.join(10)
 
     def drop(self) -> None:
         """Cut the connection without DISCONNECT (a network loss): the client reconnects, to
@@ -284,24 +285,33 @@ class LedgerPublisher(RoamingClient):
         self.stream = stream or client_id
         ledger.stream(self.stream, qos)
         self.seq = 0
-        self._mids: dict[int, int] = {}
+        self._mids: dict[int, int] = {}  # paho message id -> sequence number
+        self._early: dict[int, int] = {}  # message id -> ack reason, ack seen before the id
         self._lock = threading.Lock()
         self.client.on_publish = self._on_publish
 
     def publish_next(self) -> None:
+        """Publish the next sequence number (from one thread: the load's)."""
+        self.seq += 1
+        seq = self.seq
+        # not under self._lock: paho calls _on_publish holding its own lock (lock order)
+        info = self.client.publish(self.topic, f"{self.stream}:{seq}", qos=self.qos)
+        if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
+            return  # not queued by paho: never acknowledged, never counted
         with self._lock:
-            self.seq += 1
-            seq = self.seq
-            info = self.client.publish(self.topic, f"{self.stream}:{seq}", qos=self.qos)
-            if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
-                return  # not queued by paho: never acknowledged, never counted
-            self._mids[info.mid] = seq
+            reason = self._early.pop(info.mid, None)
+            if reason is None:
+                self._mids[info.mid] = seq
+                return
+        self.ledger.ack(self.stream, seq, reason)  # acknowledged before publish() returned
 
     def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
         with self._lock:
             seq = self._mids.pop(mid, None)
-        if seq is not None:
-            self.ledger.ack(self.stream, seq, _code(reason))
+            if seq is None:
+                self._early[mid] = _code(reason)
+                return
+        self.ledger.ack(self.stream, seq, _code(reason))
 
     @property
     def unacknowledged(self) -> int:

@@ -104,6 +104,7 @@ class RedisBatcher:
         self.wait_timeout_ms = wait_timeout_ms
         self.stats = stats or RedisStats()
         self._conn: RespConnection | None = None
+        self._address = ""  # host:port of the last connection
         self._connecting: asyncio.Task[None] | None = None
         self._pending: list[_Entry] = []
         self._retrying: list[_Entry] = []  # sent again after the backoff, before _pending
@@ -123,6 +124,7 @@ class RedisBatcher:
     async def start(self) -> None:
         """Connect (raises when Redis does not answer)."""
         self._conn = await RespConnection.open(self.endpoint, self.timeout_s)
+        self._address = self._conn.address
         self._watch(self._conn)
 
     async def close(self) -> None:
@@ -310,8 +312,7 @@ class RedisBatcher:
                 self._arm()
             self._check_idle()
 
-        parts.append(wait)
-        self._inflight += 1
+        parts.append(wait)  # counted in flight with the others
         return [holding(callback) for callback in callbacks] + [waited]
 
     def _reply_for(self, entry: _Entry) -> Callback:
@@ -444,6 +445,10 @@ class RedisBatcher:
                     continue
                 if failed:
                     log.warning("redis connected again (%s)", conn.address)
+                if self._address and conn.address != self._address:
+                    self.stats.master_changes += 1
+                    log.warning("redis master is now %s (was %s)", conn.address, self._address)
+                self._address = conn.address
                 self._conn = conn
                 self._watch(conn)
                 if self._pending and not self._armed and self._retry_timer is None:
