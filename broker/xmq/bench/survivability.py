@@ -274,7 +274,7 @@ async def _inject(run: Run, t0: float) -> None:
             await asyncio.to_thread(faults.pause, pid, fault.duration_s)
             result.fault_note = f"Redis pid {pid} stopped {fault.duration_s:.1f} s"
         else:
-            new = await asyncio.to_thread(faults.restart_redis, pid)
+            new = await asyncio.to_thread(faults.restart_redis, pid, options.redis_url or "")
             result.fault_note = f"Redis pid {pid} killed, restarted as pid {new}"
         return
     if fault.kind == "takeover":

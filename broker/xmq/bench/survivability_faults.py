@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import psutil
+import redis
 
 from xmq.bench.migration import pid_listening_on
 
@@ -59,10 +61,41 @@ def pause(pid: int, seconds: float) -> None:
         os.kill(pid, signal.SIGCONT)
 
 
-def restart_redis(pid: int) -> int:
-    """SIGKILL Redis and start it again as it was started; return the new pid."""
+_RESTART_SETTINGS = (
+    "port",
+    "bind",
+    "dir",
+    "appendonly",
+    "appendfsync",
+    "appenddirname",
+    "appendfilename",
+    "dbfilename",
+    "save",
+    "requirepass",
+)
+"""What a restarted Redis keeps of its running configuration (Redis rewrites its process
+title, so its command line cannot be read back)."""
+
+
+def restart_redis(pid: int, redis_url: str) -> int:
+    """SIGKILL Redis and start it again with the same binary, port, data dir and persistence
+    settings (it reloads its AOF / RDB); return the new pid."""
+    client = redis.Redis.from_url(redis_url, socket_timeout=5, decode_responses=True)
+    try:
+        config: dict[str, str] = {
+            str(key): str(value) for key, value in client.config_get("*").items()
+        }
+    finally:
+        client.close()
     process = psutil.Process(pid)
-    command, cwd = process.cmdline(), process.cwd()
+    # argv[0] ("redis-server", as in its rewritten title): the binary acts on its name
+    # (Debian's redis-server is a link to redis-check-rdb)
+    name = process.cmdline()[0].split()[0]
+    command = [shutil.which(name) or name]
+    for name in _RESTART_SETTINGS:
+        if name in config:
+            command += [f"--{name}", *(config[name].split() if name == "bind" else [config[name]])]
+    cwd = process.cwd()
     process.kill()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # gone, or a zombie of whoever started it
