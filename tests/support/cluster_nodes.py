@@ -101,6 +101,10 @@ class ClusterNodes:
             client.close()
         time.sleep(1.5)
 
+    def logs(self) -> dict[str, str]:
+        """Each running node's log (stderr), by ``node-<index>``."""
+        return {f"node-{index}": node.log() for index, node in self.nodes.items()}
+
     def kill(self, index: int) -> None:
         self.nodes.pop(index).kill()
 

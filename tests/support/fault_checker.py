@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
-import signal
 import socket
 import threading
 import time
@@ -39,6 +37,11 @@ import paho.mqtt.client as mqtt
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
+
+from tests.support.paho_client import reason_value as _code
+from xmq.bench.survivability_faults import pause as pause_process
+
+__all__ = ["pause_process"]  # SIGSTOP a pid for a while, then SIGCONT (the bench's injector)
 
 V311 = mqtt.MQTTv311
 V5 = mqtt.MQTTv5
@@ -360,13 +363,28 @@ class PublishLoad:
         return sum(p.unacknowledged for p in self.publishers)
 
 
-def pause_process(pid: int, seconds: float) -> None:
-    """SIGSTOP ``pid`` for ``seconds``, then SIGCONT (a pause that keeps every socket open)."""
-    os.kill(pid, signal.SIGSTOP)
+def settle_and_check(
+    ledger: DeliveryLedger,
+    fleet: Fleet,
+    logs: Callable[[], dict[str, str]],
+    min_acked: int = 300,
+    timeout: float = 30.0,
+) -> LedgerReport:
+    """Wait for every acknowledged message (printing the report, and ``logs()`` when something
+    is missing or a QoS 2 message came twice), stop the fleet, then assert: at least
+    ``min_acked`` acknowledged, 0 missing, 0 QoS 2 duplicates. Stop the nodes afterwards."""
     try:
-        time.sleep(seconds)
+        report = ledger.wait_delivered(timeout=timeout)
+        print(f"checker: {report}; sessions lost {fleet.sessions_lost}")
+        if report.missing or report.qos2_duplicates:
+            for name, text in logs().items():
+                print(f"--- {name} log:\n{text[-6000:]}")
     finally:
-        os.kill(pid, signal.SIGCONT)
+        fleet.stop()
+    assert report.acked > min_acked, report
+    assert report.missing == 0, report
+    assert report.qos2_duplicates == 0, report
+    return report
 
 
 def in_background(action: Callable[[], None]) -> threading.Thread:
@@ -438,12 +456,3 @@ def checked_fleet(
                 )
             )
     return fleet
-
-
-def _code(reason: Any) -> int:
-    if isinstance(reason, int):
-        return reason
-    value = getattr(reason, "value", None)
-    if isinstance(value, int):
-        return value
-    return int(reason)
