@@ -27,9 +27,15 @@ def clear_dead_lease(redis_server: RedisServer, cluster: str, node_id: str) -> N
 
 
 def node_yaml(
-    redis_url: str, cluster: str, lease_ttl_s: float, max_queued_writes: int, metrics: bool = False
+    redis_url: str,
+    cluster: str,
+    lease_ttl_s: float,
+    max_queued_writes: int,
+    metrics: bool = False,
+    persistence: str = "",
 ) -> str:
-    """A node's config; ``metrics``: serve /metrics on a free loopback port (``ports``)."""
+    """A node's config; ``metrics``: serve /metrics on a free loopback port (``ports``);
+    ``persistence``: more lines of the persistence section (e.g. ``  wait_replicas: 1\n``)."""
     endpoint = (
         "  enabled: true\n  host: 127.0.0.1\n  port: 0\n" if metrics else "  enabled: false\n"
     )
@@ -42,6 +48,7 @@ def node_yaml(
         "  link_port: 0\n"
         "persistence:\n"
         f"  max_queued_writes: {max_queued_writes}\n"
+        f"{persistence}"
         "metrics:\n"
         f"{endpoint}"
         "log:\n"
@@ -60,20 +67,31 @@ class ClusterNodes:
         max_queued_writes: int = 0,
         metrics: bool = False,
         extra_yaml: str = "",
+        url: str | None = None,
+        persistence: str = "",
     ) -> None:
-        """``extra_yaml``: more configuration sections for every node (``auth:`` ...)."""
+        """``extra_yaml``: more configuration sections for every node (``auth:`` ...); ``url``:
+        what the nodes are given (default: ``redis.url``; e.g. a Sentinel URL, with ``redis``
+        the master at start)."""
         self.extra_yaml = extra_yaml
         self.redis = redis
         self.metrics = metrics
         self.cluster = cluster
         self.lease_ttl_s = lease_ttl_s
         self.max_queued_writes = max_queued_writes
+        self.url = url or redis.url
+        self.persistence = persistence
         self.nodes: dict[int, BrokerProcess] = {}
         self._all: list[BrokerProcess] = []
 
     def start(self, index: int, env: dict[str, str] | None = None) -> BrokerProcess:
         yaml = node_yaml(
-            self.redis.url, self.cluster, self.lease_ttl_s, self.max_queued_writes, self.metrics
+            self.url,
+            self.cluster,
+            self.lease_ttl_s,
+            self.max_queued_writes,
+            self.metrics,
+            self.persistence,
         )
         yaml += self.extra_yaml
         process = BrokerProcess(yaml, env={"XMQ_NODE_ID": f"node-{index}", **(env or {})})
@@ -102,6 +120,10 @@ class ClusterNodes:
         finally:
             client.close()
         time.sleep(1.5)
+
+    def logs(self) -> dict[str, str]:
+        """Each running node's log (stderr), by ``node-<index>``."""
+        return {f"node-{index}": node.log() for index, node in self.nodes.items()}
 
     def kill(self, index: int) -> None:
         self.nodes.pop(index).kill()

@@ -215,6 +215,11 @@ class PahoClient:
                 sock.close()
 
 
+def reason_value(reason: Any) -> int:
+    """A paho reason code (``ReasonCode``, int) as its number."""
+    return _code(reason)
+
+
 def _code(reason: Any) -> int:
     if isinstance(reason, int):
         return reason

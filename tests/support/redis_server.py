@@ -31,12 +31,18 @@ class RedisServer:
     """A running redis-server process."""
 
     def __init__(
-        self, proc: subprocess.Popen[bytes], host: str, port: int, decode_responses: bool = False
+        self,
+        proc: subprocess.Popen[bytes],
+        host: str,
+        port: int,
+        decode_responses: bool = False,
+        args: list[str] | None = None,
     ) -> None:
         self.proc = proc
         self.host = host
         self.port = port
         self.decode_responses = decode_responses
+        self.args = args or []
 
     @property
     def url(self) -> str:
@@ -57,6 +63,17 @@ class RedisServer:
     def resume(self) -> None:
         os.kill(self.proc.pid, signal.SIGCONT)
 
+    def restart(self, down_s: float = 0.0) -> None:
+        """SIGKILL, then start again on the same port and data dir (from the AOF when
+        ``appendonly``), ``down_s`` seconds later; return once it answers (not loading)."""
+        self.proc.kill()
+        self.proc.wait(10)
+        time.sleep(down_s)
+        self.proc = subprocess.Popen(
+            self.args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        wait_answering(self)
+
     def command_calls(self) -> dict[str, int]:
         """``INFO commandstats`` as command name -> calls."""
         client = self.client()
@@ -71,13 +88,35 @@ class RedisServer:
         }
 
 
+def wait_answering(server: RedisServer, timeout: float = 10.0) -> None:
+    """Wait until the server answers PING (a server loading its AOF answers ``-LOADING``)."""
+    deadline = time.monotonic() + timeout
+    client = server.client()
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except (redis.ConnectionError, redis.BusyLoadingError):
+                if server.proc.poll() is not None or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    finally:
+        client.close()
+
+
 @contextmanager
 def running_redis(
-    appendonly: bool = False, decode_responses: bool = False
+    appendonly: bool = False,
+    decode_responses: bool = False,
+    appendfsync: str = "everysec",
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[RedisServer]:
     """Start redis-server on loopback with a temp dir; stop it afterwards.
 
     ``decode_responses``: the server's ``client()`` answers ``str`` instead of ``bytes``.
+    ``appendfsync``: with ``appendonly``, ``always`` makes every answered write survive a
+    SIGKILL of Redis (``restart``).
     """
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not os.path.exists(binary):
@@ -94,25 +133,19 @@ def running_redis(
             "",
             "--appendonly",
             "yes" if appendonly else "no",
+            "--appendfsync",
+            appendfsync,
             "--dir",
             data_dir,
+            *extra_args,
         ]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        server = RedisServer(proc, "127.0.0.1", port, decode_responses)
+        server = RedisServer(proc, "127.0.0.1", port, decode_responses, args)
         try:
-            deadline = time.monotonic() + 10
-            client = server.client()
-            while True:
-                try:
-                    client.ping()
-                    break
-                except redis.ConnectionError:
-                    if proc.poll() is not None or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
-            client.close()
+            wait_answering(server)
             yield server
         finally:
+            proc = server.proc
             if proc.poll() is None:
                 os.kill(proc.pid, signal.SIGCONT)
             proc.terminate()

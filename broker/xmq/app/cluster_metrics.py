@@ -1,5 +1,5 @@
 """The node side of a cluster member on ``/metrics``: membership, lease, links, appends,
-takeovers, held acknowledgements, self-fencing. Read at scrape time, nothing per packet."""
+takeovers, self-fencing (held acknowledgements: `xmq.app.redis_metrics`). Read at scrape time."""
 
 from __future__ import annotations
 
@@ -43,10 +43,6 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
     def appends() -> dict[str, float]:
         orphans = hub.orphans
         return {"appended": orphans.appends, "owner_alive_retry": orphans.retries}
-
-    def held() -> dict[str, float]:
-        acks = broker.acks
-        return {node: acks.held if acks is not None else 0}
 
     def fence() -> dict[str, float]:
         return {"reads_held": broker.fence.holds, "waiting": broker.fence.waiting}
@@ -115,12 +111,6 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
             "kind",
             lambda: dict(hub.takeovers.counts),
             kind="counter",
-        ),
-        LabelledSource(
-            "xmq_cluster_held_acks",
-            "Publishers' acknowledgements waiting for durable records now.",
-            "node",
-            held,
         ),
         LabelledSource(
             "xmq_cluster_fence",

@@ -11,6 +11,7 @@ import asyncio
 import logging
 import os
 import time
+from urllib.parse import quote
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
@@ -34,6 +35,12 @@ from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.held_acks import AckGate
 from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.redis_endpoint import (
+    SENTINEL_SCHEME,
+    RedisEndpoint,
+    redis_py_client,
+)
+from xmq.store.redis_errors import RedisStats
 from xmq.store.redis_session_store import RedisSessionStore
 from xmq.store.resp_connection import RedisReplyError
 from xmq.store.retained_sync import RedisRetainedSync
@@ -43,8 +50,25 @@ log = logging.getLogger("xmq.app.cluster")
 
 
 def redis_url_of(config: BrokerConfig) -> str | None:
-    """The cluster's Redis URL: ``cluster.redis_url``, else ``XMQ_REDIS_URL``, else None."""
-    return config.cluster.redis_url or os.environ.get(REDIS_URL_ENV) or None
+    """The cluster's Redis URL: ``cluster.redis_url``, else ``XMQ_REDIS_URL``, else None; with
+    ``cluster.redis_sentinels`` a ``redis+sentinel://`` URL of them (credentials and database
+    from that URL)."""
+    cluster = config.cluster
+    url = cluster.redis_url or os.environ.get(REDIS_URL_ENV) or None
+    if not cluster.redis_sentinels:
+        return url
+    base = RedisEndpoint.parse(url) if url else RedisEndpoint()
+    endpoint = base.with_sentinels(cluster.redis_sentinels, cluster.redis_master_name)
+    return endpoint_url(endpoint)
+
+
+def endpoint_url(endpoint: RedisEndpoint) -> str:
+    """The ``redis+sentinel://`` URL of an endpoint with sentinels."""
+    auth = ""
+    if endpoint.password:
+        auth = f"{quote(endpoint.username or '', safe='')}:{quote(endpoint.password, safe='')}@"
+    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in endpoint.sentinels)
+    return f"{SENTINEL_SCHEME}://{auth}{hosts}/{quote(endpoint.master_name, safe='')}/{endpoint.db}"
 
 
 class ClusterIdentityError(RuntimeError):
@@ -77,10 +101,18 @@ class ClusterRuntime:
             config.node_id, lease_ttl_s=cluster.lease_ttl_s, connect_wait_s=cluster.connect_wait_s
         )
         timeout = max(0.5, cluster.lease_ttl_s / 3)  # a busy loop reads replies late
-        self.lease_client = aioredis.Redis.from_url(
-            redis_url, socket_timeout=timeout, socket_connect_timeout=timeout
+        self.endpoint = RedisEndpoint.parse(redis_url)
+        self.lease_client = redis_py_client(self.endpoint, timeout)
+        persistence = config.persistence
+        self.redis_stats = RedisStats()
+        self.batcher = RedisBatcher(
+            self.endpoint,
+            timeout_s=max(1.0, cluster.lease_ttl_s / 3),
+            retry_for_s=persistence.write_retry_s,
+            wait_replicas=persistence.wait_replicas,
+            wait_timeout_ms=persistence.wait_timeout_ms,
+            stats=self.redis_stats,
         )
-        self.batcher = RedisBatcher(redis_url, timeout_s=max(1.0, cluster.lease_ttl_s / 3))
         loop_clock = broker.now
         self.store = RedisSessionStore(
             self.batcher,
@@ -104,7 +136,6 @@ class ClusterRuntime:
             self.hub.link_tls = link_tls_contexts(cluster.link_tls)
         self.retained = RedisRetainedSync(self.batcher, self.keys, broker.retained, loop_clock)
         self.hub.on_retained = self.retained.touched
-        self._redis_url = redis_url
         self._reload_task: asyncio.Task[None] | None = None
         self.membership: Membership | None = None
         self.pending_orphans: dict[tuple[str, int], PendingOrphans] = {}
@@ -154,7 +185,7 @@ class ClusterRuntime:
             except (RedisError, OSError, TimeoutError) as error:
                 if asyncio.get_running_loop().time() > deadline:
                     raise
-                log.warning("waiting for redis: %s", error)
+                log.warning("waiting for redis (%s): %r", self.endpoint.describe(), error)
                 await asyncio.sleep(0.5)
         await self._load_orphans()
         for text in (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER, SET_RETAINED):
@@ -241,7 +272,7 @@ class ClusterRuntime:
             if orphans:
                 log.info("%d persistent sessions of dead owners: queued in Redis", orphans)
         except (RedisError, OSError, TimeoutError, ValueError) as error:
-            log.warning("could not load orphaned sessions: %s", error)
+            log.warning("could not load orphaned sessions: %r", error)
 
     async def _rejoined(self) -> None:
         await self._load_orphans()
@@ -281,10 +312,10 @@ class ClusterRuntime:
     async def _load_retained(self) -> None:
         try:
             async with asyncio.timeout(30):
-                loaded = await self.retained.load(self._redis_url, self.batcher.timeout_s)
+                loaded = await self.retained.load(self.endpoint, self.batcher.timeout_s)
             log.info("%d retained messages loaded from redis", loaded)
         except (OSError, TimeoutError, ValueError, RedisReplyError) as error:
-            log.warning("could not load retained messages: %s", error)
+            log.warning("could not load retained messages: %r", error)
 
     async def stop(self) -> None:
         """Graceful stop: flush records, drop the lease (sessions become claimable at once)."""
@@ -302,12 +333,15 @@ class ClusterRuntime:
             await self.membership.leave()
         batcher = self.batcher
         log.info(
-            "redis batcher: %d pipelines, %d commands, %d claims, %d records, %d failures",
+            "redis batcher: %d pipelines, %d commands, %d claims, %d records, %d failures, "
+            "%d retried, %d given up",
             batcher.pipelines,
             batcher.commands,
             self.directory.claims,
             self.store.records,
             batcher.failures,
+            batcher.resent,
+            self.redis_stats.given_up,
         )
         await self.batcher.close()
         await self.lease_client.aclose()

@@ -17,6 +17,7 @@ from xmq.app.cluster_metrics import cluster_metric_sources
 from xmq.app.cluster_runtime import ClusterRuntime, redis_url_of
 from xmq.app.node_endpoint import NodeEndpoint, cluster_member_check, database_check
 from xmq.app.preflight import StartupError, check_startup
+from xmq.app.redis_metrics import RedisCollector
 from xmq.app.supervisor import Supervisor, follow_supervisor
 from xmq.app.worker_plan import worker_config, worker_count, worker_index
 from xmq.auth.file_accounts import AccountsFileError, FileAccounts
@@ -136,6 +137,7 @@ class BrokerNode:
                 cluster_member_check(lambda: cluster.identity.online, cluster.lease_client.ping),
             )
             self.endpoint.sources.extend(cluster_metric_sources(cluster))
+            self.endpoint.endpoint.registry.register(RedisCollector(cluster.batcher, self.broker))
 
     async def start(self) -> None:
         if self.account_store is not None:  # a database that is down is retried by the store

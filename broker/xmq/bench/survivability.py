@@ -1,4 +1,8 @@
-"""Survivability: steady point-to-point load across cluster nodes while one node is killed.
+"""Survivability: steady point-to-point load across cluster nodes while a fault strikes.
+
+The fault (``--fault``, :mod:`xmq.bench.survivability_faults`) is by default a kill: described
+here; the others (drain, stop, redis-stop, redis-restart, link-reset, takeover) strike at the
+same moment and are counted the same way.
 
 N publisher/subscriber pairs with persistent sessions (Clean Start 0, Session Expiry) are spread
 over the nodes (subscriber n on node n mod N, publisher n on node (n+1) mod N, so every pair
@@ -22,12 +26,14 @@ import time
 from dataclasses import dataclass, field
 from time import monotonic_ns
 
+from xmq.bench import survivability_faults as faults
 from xmq.bench.accounting import SeqTracker
 from xmq.bench.connection import BenchConnection, CounterSink, wait_closed_or_abort
 from xmq.bench.migration import ReceiverTally, pid_listening_on, tally_receiver
 from xmq.bench.node_sampler import NodeSampler
 from xmq.bench.packets import MQTT_V5, PublishTemplate, encode_connect, encode_subscribe
 from xmq.bench.publish_schedule import PublishSchedule
+from xmq.bench.survivability_faults import FaultOptions
 from xmq.bench.survivability_result import IntervalRecord, SurvivabilityResult
 
 RESTARTED: list[subprocess.Popen[bytes]] = []
@@ -62,6 +68,8 @@ class SurvivabilityOptions:
     redis_url: str | None = None
     """Sample this Redis's CPU and command rate too."""
     run_id: str = field(default_factory=lambda: f"{os.getpid():x}")
+    fault: FaultOptions = field(default_factory=FaultOptions)
+    """What happens at ``kill_at_s`` (default: SIGKILL of the victim node)."""
 
     @property
     def victim_index(self) -> int:
@@ -251,18 +259,55 @@ class Run:
         return True
 
 
-async def _kill_and_restart(run: Run, t0: float) -> None:
+async def _inject(run: Run, t0: float) -> None:
+    """At ``kill_at_s``: the fault of ``options.fault`` (see ``survivability_faults``)."""
     options = run.options
     result = run.result
+    fault = options.fault
+    result.fault = fault.kind
     await asyncio.sleep(max(0.0, t0 + options.kill_at_s - time.monotonic()))
+    if fault.kind in ("redis-stop", "redis-restart"):
+        pid = faults.redis_pid(options.redis_url)
+        result.victim, result.victim_pid = options.redis_url or "", pid
+        result.killed_at_s = time.monotonic() - t0
+        if fault.kind == "redis-stop":
+            await asyncio.to_thread(faults.pause, pid, fault.duration_s)
+            result.fault_note = f"Redis pid {pid} stopped {fault.duration_s:.1f} s"
+        else:
+            new = await asyncio.to_thread(faults.restart_redis, pid, options.redis_url or "")
+            result.fault_note = f"Redis pid {pid} killed, restarted as pid {new}"
+        return
+    if fault.kind == "takeover":
+        result.killed_at_s = time.monotonic() - t0
+        chosen = run.subscribers[:: max(1, 10)]
+        outcomes = await asyncio.gather(*(faults.takeover(run, c) for c in chosen))
+        result.takeover_both_live = sum(outcomes)
+        result.fault_note = (
+            f"{len(chosen)} client ids connected to two nodes at once; "
+            f"{result.takeover_both_live} left with two live connections"
+        )
+        return
     host, port = options.nodes[options.victim_index]
     victim = options.victim_pid or pid_listening_on(port)
     if victim is None:
         raise RuntimeError(f"no process listens on the victim node {host}:{port}")
     result.victim = f"{host}:{port}"
     result.victim_pid = victim
-    os.kill(victim, signal.SIGKILL)
     result.killed_at_s = time.monotonic() - t0
+    if fault.kind == "stop":
+        await asyncio.to_thread(faults.pause, victim, fault.duration_s)
+        result.fault_note = f"node stopped (SIGSTOP) {fault.duration_s:.1f} s"
+        return
+    if fault.kind == "drain":
+        answer = await asyncio.to_thread(faults.drain, fault.victim_http)
+        result.fault_note = f"drain: {answer}"
+        return
+    if fault.kind == "link-reset":
+        reset = faults.reset_links(victim, tuple(result.broker_pids))
+        result.fault_note = f"{reset} link connections reset (ss -K)"
+        return
+    os.kill(victim, signal.SIGKILL)
+    result.fault_note = "node killed (SIGKILL)"
     if not options.restart_cmd:
         return
     await asyncio.sleep(options.restart_after_s)
@@ -322,7 +367,7 @@ async def run_survivability(options: SurvivabilityOptions) -> SurvivabilityResul
     )
     schedule.start()
     sampler = asyncio.create_task(_sampler(run, t0))
-    killer = asyncio.create_task(_kill_and_restart(run, t0))
+    killer = asyncio.create_task(_inject(run, t0))
     deadline = t0 + max(options.duration_s, options.kill_at_s) + options.drain_s
     try:
         while time.monotonic() < deadline:

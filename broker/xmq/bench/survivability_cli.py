@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from xmq.bench.packets import MQTT_V5, MQTT_V311
+from xmq.bench.survivability_faults import FAULTS
 
 
 def _node(text: str) -> tuple[str, int]:
@@ -29,6 +30,20 @@ def add_survivability_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="HOST:PORT",
         help="the node to kill with SIGKILL (one of --node; default: the last)",
+    )
+    p.add_argument(
+        "--fault",
+        choices=FAULTS,
+        default="kill",
+        help="what strikes at --kill-at: kill (SIGKILL the node, --restart-cmd), drain (POST "
+        "/admin/drain to --victim-http), stop (SIGSTOP the node --fault-for s), redis-stop "
+        "(SIGSTOP Redis --fault-for s; needs --redis-url), redis-restart (SIGKILL Redis and "
+        "start it again; needs --redis-url), link-reset (ss -K the node's links, root), "
+        "takeover (a tenth of the subscribers connect to two nodes at once)",
+    )
+    p.add_argument("--fault-for", type=float, default=5.0, help="seconds of stop / redis-stop")
+    p.add_argument(
+        "--victim-http", default="", metavar="HOST:PORT", help="the node's HTTP port (drain)"
     )
     p.add_argument("--victim-pid", type=int, default=None, help="its PID (default: by its port)")
     p.add_argument(
@@ -64,6 +79,7 @@ def survivability_main(args: argparse.Namespace) -> int:
 
     from xmq.bench.report import emit_records
     from xmq.bench.survivability import SurvivabilityOptions, run_survivability
+    from xmq.bench.survivability_faults import FaultOptions
     from xmq.bench.survivability_result import render_survivability, write_survivability_chart
 
     nodes = tuple(_node(n) for n in args.node)
@@ -92,6 +108,7 @@ def survivability_main(args: argparse.Namespace) -> int:
         protocol=MQTT_V5 if args.mqtt == "5" else MQTT_V311,
         broker_pids=tuple(args.broker_pid),
         redis_url=args.redis_url,
+        fault=FaultOptions(args.fault, args.fault_for, args.victim_http),
     )
     try:
         result = uvloop.run(run_survivability(options))

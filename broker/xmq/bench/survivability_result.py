@@ -58,10 +58,20 @@ class SurvivabilityResult:
     """Broker processes sampled (the restarted node's included)."""
     intervals: list[IntervalRecord] = field(default_factory=list)
     elapsed_s: float = 0.0
+    fault: str = "kill"
+    fault_note: str = ""
+    """What the fault did (e.g. how many link connections were reset)."""
+    takeover_both_live: int = 0
+    """``takeover``: client ids left with two live connections (must be 0)."""
 
     @property
     def passed(self) -> bool:
-        return self.missing == 0 and self.gave_up == 0 and self.sessions_lost == 0
+        return (
+            self.missing == 0
+            and self.gave_up == 0
+            and self.sessions_lost == 0
+            and self.takeover_both_live == 0
+        )
 
     def reconnect_stats(self) -> dict[str, float]:
         times = sorted(self.reconnects)
@@ -128,14 +138,15 @@ def render_survivability(result: SurvivabilityResult) -> str:
         else "not restarted"
     )
     lines = [
-        f"survivability: {result.pairs} persistent pairs at {result.offered_rate:,.0f} msg/s, "
-        "one node killed (SIGKILL) and restarted",
-        f"  node killed        {result.victim} (pid {result.victim_pid}) at "
-        f"{result.killed_at_s:.1f} s; {restart}",
+        f"survivability: {result.pairs} persistent pairs at {result.offered_rate:,.0f} msg/s "
+        f"(QoS 1), fault: {result.fault}",
+        f"  fault              {result.victim} (pid {result.victim_pid}) at "
+        f"{result.killed_at_s:.1f} s: {result.fault_note}; {restart}",
         f"  messages sent      {result.sent:,}",
         f"  received           {result.received:,}",
         f"  missing            {result.missing:,}",
-        f"  duplicates         {result.duplicates:,} (QoS 1: allowed, counted)",
+        f"  duplicates         {result.duplicates:,} (QoS 1: allowed, counted; the load is "
+        "QoS 1, so QoS 2 duplicates: n/a)",
         f"  pairs hit          {len(result.pairs_hit)} of {result.pairs}"
         + (f" {dict(list(result.pairs_hit.items())[:10])}" if result.pairs_hit else ""),
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from xmq.config.section import Section
 
@@ -26,7 +26,19 @@ class ClusterConfig(Section):
     redis_url: str | None = Field(
         default=None,
         description="Redis URL of the cluster (env XMQ_CLUSTER__REDIS_URL or XMQ_REDIS_URL); "
-        "unset: a single in-memory node.",
+        "unset: a single in-memory node. redis://[[user]:password@]host:port[/db], or through "
+        "Redis Sentinel redis+sentinel://[[user]:password@]host:port[,host:port...]/<master "
+        "name>[/db] (the credentials and db are the master's).",
+    )
+    redis_sentinels: list[str] = Field(
+        default_factory=list,
+        description="Redis Sentinel addresses (host:port, port default 26379) asked for the "
+        "master's address: the node follows a failover without a restart. With redis_url, "
+        "that URL gives only the credentials and db. Needs redis_master_name.",
+    )
+    redis_master_name: str = Field(
+        default="",
+        description="The master's name in Redis Sentinel (with redis_sentinels).",
     )
     name: str = Field(
         default="xmq",
@@ -44,6 +56,13 @@ class ClusterConfig(Section):
         "be reached (its lease not expired yet); then CONNACK 0x88 Server unavailable, which "
         "clients retry. Keep it under the clients' connect timeout (commonly 10 s).",
     )
+
+    @model_validator(mode="after")
+    def _sentinels_need_a_master(self) -> ClusterConfig:
+        if bool(self.redis_sentinels) != bool(self.redis_master_name):
+            raise ValueError("redis_sentinels and redis_master_name go together")
+        return self
+
     link_host: str = Field(default="127.0.0.1", description="Bind address of the node link.")
     link_port: int = Field(
         default=7884,
@@ -75,4 +94,29 @@ class PersistenceConfig(Section):
         "session is on another node (group-committed per loop tick); N: at most N deliveries "
         "ahead of their records, then the publisher's socket is paused (acknowledgements do "
         "not wait).",
+    )
+    wait_replicas: int = Field(
+        default=0,
+        ge=0,
+        le=16,
+        description="N > 0: every pipeline of durable writes ends with WAIT N, and what waits "
+        "for those writes (deliveries, held PUBACK / PUBREC) waits until N replicas have them, "
+        "so an acknowledged message survives the loss of the Redis master (with Sentinel). "
+        "While fewer than N replicas answer, acknowledgements wait.",
+    )
+    wait_timeout_ms: int = Field(
+        default=1000,
+        ge=1,
+        le=60_000,
+        description="Timeout of each WAIT (sent again while fewer than wait_replicas replicas "
+        "have the writes).",
+    )
+    write_retry_s: float = Field(
+        default=30.0,
+        ge=0.1,
+        le=3600,
+        description="How long a durable write is retried through transient Redis failures "
+        "(lost connection, LOADING, BUSY, TRYAGAIN, MASTERDOWN, READONLY) before it is given "
+        "up: its publisher then gets an error (MQTT 5: 0x80; 3.1.1: the connection is closed "
+        "without ack), never a success.",
     )

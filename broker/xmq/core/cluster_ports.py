@@ -122,6 +122,10 @@ class DurableHold(Protocol):
 
     def release(self) -> None: ...
 
+    def fail(self) -> None:
+        """A record it waited for could not be written (given up after retries): the
+        acknowledgement must not report success."""
+
 
 class DurableStore(Protocol):
     """Durable records of persistent sessions (group-committed once per loop tick)."""

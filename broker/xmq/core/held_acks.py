@@ -17,6 +17,13 @@ reuse the id at once, and a node resuming the session after a kill -9 must not h
 (it would take the new message for a re-send of the old one). A PUBREL re-sent meanwhile (after
 a reconnect) gets that PUBCOMP when the id is removed, as a re-sent PUBLISH gets its PUBREC.
 
+A record that finally cannot be written (the store gave up retrying) fails the hold: no
+success is ever acknowledged for it. The ack then carries 0x80 (Unspecified error) to an MQTT 5
+client; a 3.1.1 client, whose PUBACK / PUBREC has no reason code, gets no ack: its connection is
+closed and it sends the PUBLISH again. A failed PUBREC's packet id is forgotten (the client
+may reuse it, or re-sends the message as new); a failed PUBCOMP (its id's removal was not
+written) closes the connection too (PUBCOMP has no error code for it).
+
 No task or future per message: a held ack is one slotted object with a counter; the links
 release theirs in batches, per PUBLISH_ACK. Held acks count against the client's in-flight
 window: a client with the server's Receive Maximum of them is not read until one is released
@@ -35,6 +42,7 @@ if TYPE_CHECKING:
 _PUBACK = 0x40
 _PUBREC = 0x50
 _PUBCOMP = 0x70
+UNSPECIFIED_ERROR = 0x80
 
 
 class HeldAck:
@@ -65,15 +73,21 @@ class HeldAck:
         if pending == 0:
             self.gate.done(self)
 
+    def fail(self) -> None:
+        """One record could not be written: the ack goes out as an error (``release``)."""
+        self.reason = UNSPECIFIED_ERROR
+        self.release()
+
 
 class AckGate:
     """The held acknowledgements of every publisher on this node."""
 
-    __slots__ = ("_by_conn", "_paused", "_pubcomps", "_qos2", "held", "limit")
+    __slots__ = ("_by_conn", "_paused", "_pubcomps", "_qos2", "failed", "held", "limit")
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)  # per connection: the server's Receive Maximum
         self.held = 0  # acknowledgements waiting now
+        self.failed = 0  # acknowledgements refused: a record of the message was not written
         self._by_conn: dict[ClientConnection, int] = {}
         self._paused: set[ClientConnection] = set()
         self._qos2: dict[tuple[str, int], HeldAck] = {}  # held PUBRECs
@@ -136,7 +150,22 @@ class AckGate:
                 del waiting[key]
         conn = held.conn
         self._forget_conn(conn)
+        if held.reason >= UNSPECIFIED_ERROR:
+            self._refuse(held)
+            return
         write_ack(conn, kind, held.packet_id, held.reason)
+
+    def _refuse(self, held: HeldAck) -> None:
+        """A record of the message was not written: never a success."""
+        self.failed += 1
+        conn = held.conn
+        session = conn.session
+        if held.kind == _PUBREC and session is not None and session.client_id == held.client_id:
+            session.inbound_qos2.discard(held.packet_id)  # not received: the id is free again
+        if held.kind == _PUBCOMP or conn.version != MQTT_5:
+            conn.link.close()  # no ack: the client sends it again after reconnecting
+            return
+        write_ack(conn, held.kind, held.packet_id, held.reason)
 
     def waiting(self, conn: ClientConnection) -> int:
         """Acknowledgements held for one connection."""

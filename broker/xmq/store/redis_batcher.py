@@ -8,10 +8,21 @@ follows the load by itself — many connections' records share each round trip a
 ``write``/reply event while each caller still waits for its own reply. Replies call back in
 order on the node's :class:`RespConnection`.
 
-Durable writes (``retry=True``) survive a lost connection: they are re-sent, in order, once
-the connection is back (a write that reached Redis just before the loss may then be applied
-twice — at-least-once). Look-ups on the connect path (``retry=False``) fail at once so the
-CONNECT can be answered 0x88.
+Durable writes (``retry=True``) survive transient failures: a lost connection (reset, refused,
+a failed connect) and the error replies Redis gives while it cannot take a write now
+(``LOADING`` after a restart, ``BUSY``, ``TRYAGAIN``, ``MASTERDOWN``, ``READONLY`` from a
+demoted master during a failover, ``NOSCRIPT`` — see :mod:`xmq.store.redis_errors`). They are
+sent again, in their order and before anything queued later, after a jittered exponential
+backoff (bounded); a ``READONLY`` reply also drops the connection so the next one goes to the
+current master. An ``RPUSH`` cut off by a lost connection may have been applied: it is re-sent
+as push-if-absent (records are unique), so it is never queued twice. A write still failing
+after ``retry_for_s`` — or answered with any other error — is given up: its callback gets the
+error (:class:`RedisWriteFailed`), never a success. Look-ups on the connect path
+(``retry=False``) fail at once so the CONNECT can be answered 0x88.
+
+With ``wait_replicas`` N > 0 every pipeline ends with ``WAIT N timeout``, and its replies are
+handed out only once N replicas have the pipeline's writes (``WAIT`` is sent again while fewer
+have): an acknowledged write survives the loss of the master.
 """
 
 from __future__ import annotations
@@ -19,9 +30,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import random
 from collections.abc import Callable
 from typing import Any
 
+from xmq.store.redis_endpoint import RedisEndpoint
+from xmq.store.redis_errors import (
+    PUSH_ONCE,
+    RedisStats,
+    RedisWriteFailed,
+    error_kind,
+    is_transient,
+)
 from xmq.store.resp_connection import (
     RedisConnectionLost,
     RedisReplyError,
@@ -35,8 +55,12 @@ Callback = Callable[[Any], None]
 Guard = Callable[[], bool]
 
 
+BACKOFF_FIRST_S = 0.02
+BACKOFF_MAX_S = 1.0
+
+
 class _Entry:
-    __slots__ = ("args", "callback", "guard", "payload", "retry", "script")
+    __slots__ = ("args", "callback", "failing_since", "guard", "payload", "retry", "script")
 
     def __init__(
         self,
@@ -52,17 +76,40 @@ class _Entry:
         self.guard = guard
         self.script = script  # the full text, for EVAL after a NOSCRIPT reply
         self.payload = encode_command(args)
+        self.failing_since = 0.0  # loop time of the first failure (0: none yet)
+
+    def rewrite(self, args: tuple[Any, ...]) -> None:
+        self.args = args
+        self.payload = encode_command(args)
 
 
 class RedisBatcher:
     """Pipelines the commands of each loop tick on one Redis connection."""
 
-    def __init__(self, url: str, timeout_s: float = 2.0) -> None:
-        self.url = url
+    def __init__(
+        self,
+        endpoint: RedisEndpoint | str,
+        timeout_s: float = 2.0,
+        retry_for_s: float = 30.0,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
+        stats: RedisStats | None = None,
+    ) -> None:
+        self.endpoint = (
+            endpoint if isinstance(endpoint, RedisEndpoint) else RedisEndpoint.parse(endpoint)
+        )
         self.timeout_s = timeout_s
+        self.retry_for_s = retry_for_s
+        self.wait_replicas = wait_replicas
+        self.wait_timeout_ms = wait_timeout_ms
+        self.stats = stats or RedisStats()
         self._conn: RespConnection | None = None
+        self._address = ""  # host:port of the last connection
         self._connecting: asyncio.Task[None] | None = None
         self._pending: list[_Entry] = []
+        self._retrying: list[_Entry] = []  # sent again after the backoff, before _pending
+        self._retry_timer: asyncio.TimerHandle | None = None
+        self._backoff_s = BACKOFF_FIRST_S
         self._inflight = 0
         self._armed = False
         self._closed = False
@@ -72,17 +119,20 @@ class RedisBatcher:
         self.pipelines = 0
         self.commands = 0
         self.failures = 0
-        self.resent = 0  # commands queued again after a NOSCRIPT reply or a lost connection
+        self.resent = 0  # commands queued again after a transient failure
 
     async def start(self) -> None:
         """Connect (raises when Redis does not answer)."""
-        self._conn = await RespConnection.open(self.url, self.timeout_s)
+        self._conn = await RespConnection.open(self.endpoint, self.timeout_s)
+        self._address = self._conn.address
         self._watch(self._conn)
 
     async def close(self) -> None:
         self._closed = True
         if self._connecting is not None:
             self._connecting.cancel()
+        if self._retry_timer is not None:
+            self._retry_timer.cancel()
         if self._conn is not None:
             self._conn.close()
 
@@ -128,13 +178,13 @@ class RedisBatcher:
             else:
                 future.set_result(reply)
 
-        self.script(text, keys, args, callback=done, retry=False)
+        self.script(text, keys, args, callback=done, retry=False, guard=lambda: not future.done())
         return future
 
     def _add(self, entry: _Entry) -> None:
         self._pending.append(entry)
         self._idle.clear()
-        if not self._armed and not self._inflight:
+        if not self._armed and not self._inflight and self._retry_timer is None:
             self._arm()
 
     def _arm(self) -> None:
@@ -148,7 +198,22 @@ class RedisBatcher:
 
     @property
     def backlog(self) -> int:
-        return len(self._pending) + self._inflight
+        return len(self._pending) + len(self._retrying) + self._inflight
+
+    @property
+    def queued(self) -> int:
+        """Commands waiting to be sent (not yet in a pipeline)."""
+        return len(self._pending)
+
+    @property
+    def inflight(self) -> int:
+        """Commands sent, waiting for their reply."""
+        return self._inflight
+
+    @property
+    def retrying(self) -> int:
+        """Commands waiting for their backoff to be sent again."""
+        return len(self._retrying)
 
     async def flush(self) -> None:
         """Wait until everything queued so far has been answered (later commands may not be).
@@ -174,6 +239,8 @@ class RedisBatcher:
 
     def _flush(self) -> None:
         self._armed = False
+        if self._retry_timer is not None:
+            return  # the backoff's end sends the retried commands first, then these
         if not self._pending:
             self._check_idle()
             return
@@ -193,30 +260,76 @@ class RedisBatcher:
         if not parts:
             self._check_idle()
             return
+        if self.wait_replicas:
+            callbacks = self._after_wait(conn, parts, callbacks)
         self._inflight += len(parts)
         self.pipelines += 1
         self.commands += len(parts)
+        callbacks[-1] = self._timed(callbacks[-1])
         conn.send(b"".join(parts), callbacks)
+
+    def _timed(self, last: Callback) -> Callback:
+        """The pipeline's last reply also measures its round trip."""
+        loop = asyncio.get_running_loop()
+        sent_at = loop.time()
+
+        def reply(value: Any) -> None:
+            self.stats.round_trip(loop.time() - sent_at)
+            last(value)
+
+        return reply
+
+    def _after_wait(
+        self, conn: RespConnection, parts: list[bytes], callbacks: list[Callback]
+    ) -> list[Callback]:
+        """End the pipeline with ``WAIT n timeout``; its replies go out once enough replicas
+        have its writes (``WAIT`` again while fewer have, on the same connection)."""
+        held: list[tuple[Callback, Any]] = []
+        wait = encode_command(("WAIT", self.wait_replicas, self.wait_timeout_ms))
+
+        def holding(callback: Callback) -> Callback:
+            return lambda value: held.append((callback, value))
+
+        def waited(value: Any) -> None:
+            self._inflight -= 1
+            if (
+                isinstance(value, int)
+                and value < self.wait_replicas
+                and conn is self._conn
+                and not conn.closed.done()
+            ):
+                self.stats.error("wait_short")
+                self._inflight += 1  # not enough replicas yet: wait again
+                conn.send(wait, [waited])
+                return
+            if not isinstance(value, int):
+                self.stats.error(error_kind(value) if isinstance(value, Exception) else "wait")
+            # enough replicas (or the connection is gone: each reply says what happened to it)
+            for callback, reply in held:
+                lost = not isinstance(value, int) or value < self.wait_replicas
+                callback(RedisConnectionLost("lost before WAIT") if lost else reply)
+            if not self._inflight and self._pending and not self._armed:
+                self._arm()
+            self._check_idle()
+
+        parts.append(wait)  # counted in flight with the others
+        return [holding(callback) for callback in callbacks] + [waited]
 
     def _reply_for(self, entry: _Entry) -> Callback:
         def reply(value: Any) -> None:
             self._inflight -= 1
-            if isinstance(value, RedisConnectionLost):
-                self.failures += 1
-                if entry.retry:
-                    self.resent += 1
-                    self._add(entry)
-                elif entry.callback is not None:
-                    entry.callback(value)
-            elif isinstance(value, RedisReplyError) and str(value).startswith("NOSCRIPT"):
-                assert entry.script is not None
-                entry.args = ("EVAL", entry.script, *entry.args[2:])
-                entry.payload = encode_command(entry.args)
-                self.resent += 1
-                self._add(entry)
+            if isinstance(value, RedisConnectionLost | RedisReplyError) and is_transient(value):
+                self._transient(entry, value)
             else:
+                if self._backoff_s != BACKOFF_FIRST_S and not isinstance(value, Exception):
+                    self._backoff_s = BACKOFF_FIRST_S  # Redis answers again
+                if entry.failing_since:
+                    self.stats.recovered += 1
                 if isinstance(value, RedisReplyError):
-                    log.error("redis %s failed: %s", entry.args[0], value)
+                    self.stats.error(error_kind(value))
+                    self.stats.given_up += 1
+                    log.error("redis %s failed: %r", entry.args[0], value)
+                    value = RedisWriteFailed(f"{entry.args[0]}: {value}")
                 if entry.callback is not None:
                     try:
                         entry.callback(value)
@@ -228,8 +341,62 @@ class RedisBatcher:
 
         return reply
 
+    def _transient(self, entry: _Entry, error: Exception) -> None:
+        """A failure that may pass: send the entry again after the backoff (in order)."""
+        kind = error_kind(error)
+        self.stats.error(kind)
+        self.failures += 1
+        now = asyncio.get_running_loop().time()
+        if not entry.failing_since:
+            entry.failing_since = now
+        retry = entry.retry or kind == "noscript"  # not run: sent as EVAL, also a look-up
+        if not retry or now - entry.failing_since > self.retry_for_s:
+            if entry.retry:
+                self.stats.given_up += 1
+                log.error(
+                    "redis %s given up after %.1fs of %s: %r",
+                    entry.args[0],
+                    now - entry.failing_since,
+                    kind,
+                    error,
+                )
+                error = RedisWriteFailed(f"{entry.args[0]}: {kind} for {self.retry_for_s}s")
+            if entry.callback is not None:
+                entry.callback(error)
+            return
+        if kind == "noscript":
+            assert entry.script is not None
+            entry.rewrite(("EVAL", entry.script, *entry.args[2:]))
+        elif kind == "connection_lost" and entry.args[0] == "RPUSH" and len(entry.args) == 3:
+            # it may have been applied before the loss: push it only if it is not there
+            entry.rewrite(("EVAL", PUSH_ONCE, 1, entry.args[1], entry.args[2]))
+        if kind == "readonly":  # a demoted master: the next connection finds the new one
+            conn = self._conn
+            if conn is not None:
+                conn.close()
+        self.stats.retried(kind)
+        self.resent += 1
+        self._retrying.append(entry)
+        self._idle.clear()
+        if self._retry_timer is None:
+            delay = 0.0 if kind == "noscript" else self._backoff_s * random.uniform(0.5, 1.0)
+            if kind != "noscript":
+                self._backoff_s = min(self._backoff_s * 2, BACKOFF_MAX_S)
+            self._retry_timer = asyncio.get_running_loop().call_later(delay, self._retry)
+
+    def _retry(self) -> None:
+        self._retry_timer = None
+        if self._inflight:
+            # replies of the failed batch still coming: they join the retried ones first
+            self._retry_timer = asyncio.get_running_loop().call_later(0.001, self._retry)
+            return
+        self._pending[:0] = self._retrying
+        self._retrying = []
+        if self._pending and not self._armed:
+            self._arm()
+
     def _check_idle(self) -> None:
-        if not self._pending and not self._inflight:
+        if not self._pending and not self._inflight and not self._retrying:
             self._idle.set()
 
     def _fail_fast(self, error: Exception) -> None:
@@ -247,6 +414,7 @@ class RedisBatcher:
         def lost(_: asyncio.Future[None]) -> None:
             if self._conn is conn:
                 self._conn = None
+                self.stats.error("connection_lost")
                 if not self._closed:
                     self._reconnect()
 
@@ -260,19 +428,30 @@ class RedisBatcher:
         )
 
     async def _connect_loop(self) -> None:
+        delay = BACKOFF_FIRST_S
+        failed = 0
         try:
             while not self._closed:
                 try:
-                    conn = await RespConnection.open(self.url, self.timeout_s)
+                    conn = await RespConnection.open(self.endpoint, self.timeout_s)
                 except (OSError, TimeoutError, RedisReplyError) as error:
                     self.failures += 1
-                    if self.failures % 50 == 1:
-                        log.warning("redis connection failed: %s", error)
-                    await asyncio.sleep(0.2)
+                    self.stats.error(error_kind(error))
+                    failed += 1
+                    if failed % 20 == 1:
+                        log.warning("redis connection failed: %r", error)
+                    await asyncio.sleep(delay * random.uniform(0.5, 1.0))
+                    delay = min(delay * 2, BACKOFF_MAX_S)
                     continue
+                if failed:
+                    log.warning("redis connected again (%s)", conn.address)
+                if self._address and conn.address != self._address:
+                    self.stats.master_changes += 1
+                    log.warning("redis master is now %s (was %s)", conn.address, self._address)
+                self._address = conn.address
                 self._conn = conn
                 self._watch(conn)
-                if self._pending and not self._armed:
+                if self._pending and not self._armed and self._retry_timer is None:
                     self._arm()
                 return
         finally:

@@ -7,7 +7,9 @@ once PUBREC came), so a resuming node re-sends PUBLISH or PUBREL with the same p
 
 ``max_queued_writes`` = 0: a delivery waits for its record (group-committed by the batcher:
 one pipeline per loop tick), and so does the publisher's acknowledgement: records queued while
-``hold`` is set (by the core, while it routes a QoS 1/2 PUBLISH) hold it until written. A QoS 2
+``hold`` is set (by the core, while it routes a QoS 1/2 PUBLISH) hold it until written. The
+batcher retries transient failures; a write it finally gives up fails the hold (the
+publisher gets an error, never a success) and the delivery is dropped. A QoS 2
 PUBLISH (PUBREL) also waits for its ``session:inflight`` state (``ids_first``; the core's
 ``owed_writes``): a node resuming the session after a kill -9 re-sends what the client saw.
 An inbound QoS 2 id's ``SADD`` (``SREM``) holds the publisher's PUBREC (PUBCOMP) the same way.
@@ -24,6 +26,7 @@ after the ``RPUSH``): a sender that replays the message after this node died
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections import deque
 from collections.abc import Callable
@@ -42,12 +45,26 @@ from xmq.store.session_directory import subscription_json
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
 
+log = logging.getLogger("xmq.store.sessions")
+
 _WAITING_LIMIT = 20_000
 """With max_queued_writes 0: records waiting for Redis before publishers are paused."""
 
 _RECENT_FORWARDED = 65_536
 """(client id, forward id) pairs remembered of the latest forwarded records made here: a
 message reaching one session here by two paths (during a takeover) is recorded once."""
+
+
+def _settle(hold: DurableHold) -> Callable[[Any], None]:
+    """A reply callback: ``release`` the hold when written, ``fail`` it when given up."""
+
+    def settle(reply: Any) -> None:
+        if isinstance(reply, BaseException):
+            hold.fail()
+        else:
+            hold.release()
+
+    return settle
 
 
 def record_id_of(record: bytes) -> bytes:
@@ -78,6 +95,7 @@ class RedisSessionStore:
         self.limit = max_queued_writes or _WAITING_LIMIT
         self.unwritten = 0
         self.records = 0
+        self.failed = 0  # writes given up (their acks were refused)
         self._ids = itertools.count(1)
         self._paused: set[ClientConnection] = set()
         self.hold: DurableHold | None = None  # see DurableStore.hold
@@ -144,6 +162,12 @@ class RedisSessionStore:
 
             def recorded(reply: Any) -> None:
                 self._written()
+                if isinstance(reply, BaseException):  # given up: no ack, no delivery
+                    self.failed += 1
+                    log.error("record for %r not written: %r", session.client_id, reply)
+                    if hold is not None:
+                        hold.fail()
+                    return
                 if hold is not None:
                     hold.release()  # written: the publisher's ack may go
                 if session.store is self:
@@ -200,6 +224,14 @@ class RedisSessionStore:
         clock = self.clock
 
         def stored(reply: Any) -> None:
+            if isinstance(reply, BaseException):
+                # not stored: sent now, a resuming node could not re-send it under its id
+                self.failed += 1
+                log.error("QoS 2 state of %r not written: %r", session.client_id, reply)
+                conn = session.connection
+                if conn is not None:
+                    conn.link.close()  # the client comes back and resumes from Redis
+                return
             session.state_recorded(delivery, clock())
 
         self.batcher.command("HSET", key, record_id, state, callback=stored)
@@ -218,9 +250,8 @@ class RedisSessionStore:
         hold = self.hold
         if hold is not None:
             hold.hold()  # the PUBREC waits for the id's SADD too, a PUBCOMP for its SREM
-            release = hold.release
             command = "SADD" if added else "SREM"
-            self.batcher.command(command, key, packet_id, callback=lambda _: release())
+            self.batcher.command(command, key, packet_id, callback=_settle(hold))
             return
         self.batcher.command("SADD" if added else "SREM", key, packet_id)
 
@@ -308,6 +339,10 @@ class RedisSessionStore:
                     on_moved(node, int(reply[2]))
             finally:
                 if hold is not None:
-                    hold.release()
+                    if isinstance(reply, BaseException):
+                        log.error("append for %r not written: %r", client_id, reply)
+                        hold.fail()
+                    else:
+                        hold.release()
 
         self.batcher.script(script, keys, args, callback=done)

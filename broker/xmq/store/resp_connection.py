@@ -15,9 +15,10 @@ import socket
 from collections import deque
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from hiredis import ProtocolError, Reader, pack_command
+
+from xmq.store.redis_endpoint import RedisEndpoint
 
 Reply = Any
 
@@ -28,6 +29,15 @@ class RedisReplyError(Exception):
 
 class RedisConnectionLost(ConnectionError):  # noqa: N818 - a ConnectionError, named as such
     """The connection closed with commands still waiting for replies."""
+
+
+class NoRedisMaster(ConnectionError):  # noqa: N818 - a ConnectionError, named as such
+    """No sentinel named a master, or the server it named is not (or no more) a master."""
+
+
+_KEEPALIVE = (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3))
+"""A Redis host that vanished (not a paused process: its kernel still answers) is noticed in
+about 11 s and the connection dropped, so the batcher reconnects and re-sends."""
 
 
 def _arg(value: Any) -> bytes:
@@ -66,29 +76,64 @@ class RespConnection(asyncio.Protocol):
         self._reader = reply_reader()
         self._waiting: deque[Callable[[Reply], None]] = deque()
         self.closed = asyncio.get_running_loop().create_future()
+        self.address = ""
 
     @classmethod
-    async def open(cls, url: str, timeout_s: float = 2.0) -> RespConnection:
-        """Connect to ``redis://[:password@]host:port/db`` (AUTH and SELECT when given)."""
-        parsed = urlparse(url)
-        loop = asyncio.get_running_loop()
+    async def open(cls, endpoint: RedisEndpoint | str, timeout_s: float = 2.0) -> RespConnection:
+        """Connect to the endpoint (a ``redis://`` or ``redis+sentinel://`` URL, see
+        :mod:`xmq.store.redis_endpoint`): AUTH and SELECT when given; through sentinels, to
+        the master they name, checked with ``ROLE``."""
+        if isinstance(endpoint, str):
+            endpoint = RedisEndpoint.parse(endpoint)
         async with asyncio.timeout(timeout_s):
-            _, conn = await loop.create_connection(
-                cls, parsed.hostname or "127.0.0.1", parsed.port or 6379
-            )
+            if endpoint.sentinels:
+                host, port = await cls._master_of(endpoint)
+            else:
+                host, port = endpoint.host, endpoint.port
+            conn = await cls._connect(host, port)
             setup: list[tuple[Any, ...]] = []
-            if parsed.password:
-                user = unquote(parsed.username) if parsed.username else "default"
-                setup.append(("AUTH", user, unquote(parsed.password)))
-            db = parsed.path.lstrip("/")
-            if db and db != "0":
-                setup.append(("SELECT", int(db)))
+            if endpoint.password:
+                setup.append(("AUTH", endpoint.username or "default", endpoint.password))
+            if endpoint.db:
+                setup.append(("SELECT", endpoint.db))
+            if endpoint.sentinels:
+                setup.append(("ROLE",))
             for args in setup:
                 reply = await conn.call(*args)
                 if isinstance(reply, RedisReplyError):
                     conn.close()
                     raise reply
+                if args[0] == "ROLE" and not (isinstance(reply, list) and reply[0] == b"master"):
+                    conn.close()
+                    raise NoRedisMaster(f"{host}:{port} is not a master")
         return conn
+
+    @classmethod
+    async def _connect(cls, host: str, port: int) -> RespConnection:
+        _, conn = await asyncio.get_running_loop().create_connection(cls, host, port)
+        conn.address = f"{host}:{port}"
+        return conn
+
+    @classmethod
+    async def _master_of(cls, endpoint: RedisEndpoint) -> tuple[str, int]:
+        """Ask the sentinels in turn for the master's address (the first that knows wins)."""
+        errors: list[str] = []
+        for host, port in endpoint.sentinels:
+            try:
+                sentinel = await cls._connect(host, port)
+            except OSError as error:
+                errors.append(f"{host}:{port}: {error!r}")
+                continue
+            try:
+                reply = await sentinel.call(
+                    "SENTINEL", "get-master-addr-by-name", endpoint.master_name
+                )
+            finally:
+                sentinel.close()
+            if isinstance(reply, list) and len(reply) == 2:
+                return reply[0].decode(), int(reply[1])
+            errors.append(f"{host}:{port}: {reply!r}")
+        raise NoRedisMaster(f"no master {endpoint.master_name!r}: {'; '.join(errors)}")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -96,6 +141,10 @@ class RespConnection(asyncio.Protocol):
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                for name, value in _KEEPALIVE:
+                    if hasattr(socket, name):
+                        sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), value)
 
     def send(self, payload: bytes, callbacks: list[Callable[[Reply], None]]) -> None:
         """Write encoded commands; ``callbacks`` get their replies in order."""

@@ -27,6 +27,7 @@ from xmq.core.cluster_ports import DurableHold
 from xmq.core.message import Message
 from xmq.routing.retained import RetainedStore
 from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.redis_endpoint import RedisEndpoint
 from xmq.store.resp_connection import RedisReplyError, RespConnection
 
 log = logging.getLogger("xmq.store.retained")
@@ -86,12 +87,14 @@ class RedisRetainedSync:
             ttl_ms = max(1, math.ceil((message.expires_at - self.clock()) * 1000))
 
         def written(reply: Any, topic: str = topic) -> None:
-            if hold is not None:
-                hold.release()  # answered (a failed write is logged: the ack is not kept)
-            if isinstance(reply, BaseException):
+            if isinstance(reply, BaseException):  # given up after retries: never a success
                 self.failures += 1
-                log.warning("retained change of %r not stored: %s", topic, reply)
+                log.warning("retained change of %r not stored: %r", topic, reply)
+                if hold is not None:
+                    hold.fail()
                 return
+            if hold is not None:
+                hold.release()  # stored: the publisher's ack may go
             self.written += 1
             if isinstance(reply, int) and reply > self.revisions.get(topic, 0):
                 self.revisions[topic] = reply
@@ -137,7 +140,7 @@ class RedisRetainedSync:
         """Start recording live changes (call before the node links to its peers)."""
         self._live = set()
 
-    async def load(self, url: str, timeout_s: float) -> int:
+    async def load(self, url: RedisEndpoint | str, timeout_s: float) -> int:
         """Load every retained message from Redis; return how many were loaded."""
         if self._live is None:
             self._live = set()

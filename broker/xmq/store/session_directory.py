@@ -37,6 +37,8 @@ from xmq.core.cluster_ports import (
 from xmq.core.message import Message
 from xmq.core.session import Delivery
 from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.redis_errors import RedisWriteFailed
+from xmq.store.resp_connection import RedisReplyError
 
 _OUTCOMES = {
     ScriptOutcome.CLAIMED: ClaimOutcome.CLAIMED,
@@ -169,8 +171,8 @@ class RedisSessionDirectory:
             async with asyncio.timeout(self.batcher.timeout_s):
                 reply = await future
             parsed = ClaimReply.from_reply(reply)
-        except (OSError, TimeoutError, ValueError) as error:
-            raise ClusterUnavailableError(f"session claim failed: {error}") from error
+        except (OSError, TimeoutError, ValueError, RedisReplyError, RedisWriteFailed) as error:
+            raise ClusterUnavailableError(f"session claim failed: {error!r}") from error
         restored = None
         if parsed.stored is not None:
             restored = restore(parsed.stored, self.clock())

@@ -37,6 +37,9 @@ class Hold:
         if self.pending == 0:
             self.acked = True
 
+    def fail(self) -> None:
+        raise AssertionError("no write fails here")
+
     def routed(self) -> Hold:
         self.release()  # what the core does when routing is over
         return self

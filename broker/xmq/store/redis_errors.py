@@ -1,0 +1,102 @@
+"""Which Redis failures pass by themselves, and the counters of failures and retries.
+
+Transient (a write is sent again after a backoff): a lost connection (reset, refused, a connect
+that timed out) and the error replies of a Redis that cannot take the command *now*:
+``LOADING`` (a restarted Redis reading its AOF / RDB), ``BUSY`` (a script running too long),
+``TRYAGAIN`` and ``CLUSTERDOWN`` (Redis Cluster resharding / failing over), ``MASTERDOWN`` (a
+replica whose master link is down), ``READONLY`` (a master demoted to replica during a failover:
+the connection is dropped so the next one finds the new master), ``NOSCRIPT`` (a restarted or
+new master lost the script cache: sent again as ``EVAL``). An error reply means Redis did not
+run the command, so sending it again applies it once; a lost connection leaves it unknown
+(``PUSH_ONCE`` makes a re-sent record push idempotent). Every other error reply (``WRONGTYPE``,
+``OOM``, a script error) is final.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from xmq.store.resp_connection import RedisConnectionLost, RedisReplyError
+
+TRANSIENT_REPLIES = ("LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")
+NOSCRIPT = "NOSCRIPT"
+
+PUSH_ONCE = """
+if redis.call('LPOS', KEYS[1], ARGV[1]) then return 0 end
+return redis.call('RPUSH', KEYS[1], ARGV[1])
+"""
+"""An ``RPUSH`` of a record re-sent after a lost connection: pushed only when not there
+(records carry a unique id, so an equal element is this very record)."""
+
+ROUND_TRIP_BOUNDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
+
+
+class RedisWriteFailed(Exception):  # noqa: N818 - the outcome of a write, named as such
+    """A write Redis did not take: an error reply that is final, or a transient failure that
+    lasted longer than the retry window."""
+
+
+def error_kind(error: BaseException) -> str:
+    """A short label for metrics and logs: ``loading``, ``connection_lost``, ``timeout``..."""
+    if isinstance(error, RedisReplyError):
+        word = str(error).split(" ", 1)[0]
+        return word.lower() if word.isalpha() and word.isupper() else "error"
+    if isinstance(error, RedisConnectionLost):
+        return "connection_lost"
+    if isinstance(error, TimeoutError):
+        return "timeout"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection_refused"
+    if isinstance(error, OSError):
+        return "connect_failed"
+    return type(error).__name__.lower()
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for a failure that a later attempt may not meet (see the module doc)."""
+    if isinstance(error, RedisConnectionLost):
+        return True
+    if isinstance(error, RedisReplyError):
+        text = str(error)
+        return text.startswith(TRANSIENT_REPLIES) or text.startswith(NOSCRIPT)
+    return False
+
+
+class RedisStats:
+    """Counters of one node's Redis connection, read by ``/metrics``."""
+
+    __slots__ = (
+        "errors",
+        "given_up",
+        "master_changes",
+        "recovered",
+        "retries",
+        "rtt_count",
+        "rtt_counts",
+        "rtt_total",
+    )
+
+    def __init__(self) -> None:
+        self.errors: Counter[str] = Counter()  # by kind
+        self.retries: Counter[str] = Counter()  # commands sent again, by the kind of failure
+        self.given_up = 0  # writes that finally failed
+        self.recovered = 0  # commands answered after failing at least once
+        self.master_changes = 0  # a new master address (Sentinel failover)
+        self.rtt_counts = [0] * (len(ROUND_TRIP_BOUNDS) + 1)
+        self.rtt_count = 0
+        self.rtt_total = 0.0
+
+    def error(self, kind: str) -> None:
+        self.errors[kind] += 1
+
+    def retried(self, kind: str) -> None:
+        self.retries[kind] += 1
+
+    def round_trip(self, seconds: float) -> None:
+        self.rtt_count += 1
+        self.rtt_total += seconds
+        for index, bound in enumerate(ROUND_TRIP_BOUNDS):
+            if seconds <= bound:
+                self.rtt_counts[index] += 1
+                return
+        self.rtt_counts[-1] += 1

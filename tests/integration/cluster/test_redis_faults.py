@@ -1,0 +1,132 @@
+"""Redis faults under load: nothing acknowledged is lost, no QoS 2 message comes twice.
+
+Three real nodes on one real Redis (``appendonly yes``, ``appendfsync always``: every answered
+write survives a SIGKILL of Redis), real paho-mqtt clients with persistent sessions at QoS 1 and
+QoS 2, each publisher on another node than its subscriber. The independent checker
+(``tests.support.fault_checker``) counts every message a publisher got a successful PUBACK /
+PUBCOMP for at its subscriber.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.cluster_nodes import ClusterNodes
+from tests.support.fault_checker import (
+    DeliveryLedger,
+    Fleet,
+    PublishLoad,
+    checked_fleet,
+    in_background,
+    pause_process,
+    settle_and_check,
+)
+from tests.support.redis_server import RedisServer, running_redis
+
+pytestmark = pytest.mark.integration
+
+PAIRS = 4  # per QoS level
+RATE = 120.0  # messages/s over all publishers
+
+
+PADDING_KEYS = 20_000
+LOAD_DELAY_US = 60  # per key loaded: a restart answers -LOADING for a second or so
+
+
+@pytest.fixture
+def aof_redis() -> Iterator[RedisServer]:
+    """Redis with its AOF; a restart loads for a second (``-LOADING`` meanwhile)."""
+    extra = (
+        "--key-load-delay",
+        str(LOAD_DELAY_US),
+        "--loading-process-events-interval-bytes",
+        "1024",  # answer clients while loading (-LOADING), not only once loaded
+    )
+    with running_redis(appendonly=True, appendfsync="always", extra_args=extra) as server:
+        client = server.client()
+        try:
+            pipe = client.pipeline(transaction=False)
+            for n in range(PADDING_KEYS):
+                pipe.set(f"padding:{n}", n)
+            pipe.execute()
+            client.bgrewriteaof()  # into the AOF's base file, which a restart loads key by key
+            while client.info("persistence")["aof_rewrite_in_progress"]:
+                time.sleep(0.05)
+        finally:
+            client.close()
+        yield server
+
+
+def _run_fault(
+    redis: RedisServer,
+    uid: str,
+    lease_ttl_s: float,
+    fault: float | str,
+    load_s: float = 6.0,
+) -> tuple[DeliveryLedger, Fleet, ClusterNodes]:
+    nodes = ClusterNodes(redis, f"rf-{uid}", lease_ttl_s=lease_ttl_s)
+    ledger = DeliveryLedger()
+    fleet = Fleet()
+    try:
+        nodes.start_many(3)
+        ports = [nodes.port(i) for i in (1, 2, 3)]
+        fleet = checked_fleet(ledger, ports, f"rf/{uid}", PAIRS)
+        fleet.start()
+        load = PublishLoad(fleet.publishers, RATE)
+        load.start()
+        time.sleep(1.5)
+        if isinstance(fault, str):
+            thread = in_background(lambda: redis.restart())
+            time.sleep(0.3)
+            fleet.move_subscribers()  # their sessions move while Redis loads: from Redis
+        else:
+            thread = in_background(lambda: pause_process(redis.proc.pid, fault))
+        time.sleep(load_s)
+        thread.join(60)
+        load.stop()
+        load.wait_acknowledged(timeout=30)
+        return ledger, fleet, nodes
+    except BaseException:
+        fleet.stop()
+        nodes.stop_all()
+        raise
+
+
+def _finish(ledger: DeliveryLedger, fleet: Fleet, nodes: ClusterNodes) -> None:
+    try:
+        settle_and_check(
+            ledger, fleet, lambda: {f"node-{i}": n.log() for i, n in nodes.nodes.items()}
+        )
+    finally:
+        nodes.stop_all()
+
+
+def test_redis_restarted_from_its_aof_under_load(aof_redis: RedisServer, uid: str) -> None:
+    """Writes answered ``-LOADING`` (or cut by the kill) are retried; the held acks wait."""
+    run = _run_fault(aof_redis, uid, lease_ttl_s=10.0, fault="restart")
+    client = aof_redis.client()
+    try:
+        loading = client.info("errorstats").get("errorstat_LOADING", {}).get("count", 0)
+    finally:
+        client.close()
+    assert loading > 0, "no write met -LOADING: the fault did not happen as meant"
+    _finish(*run)
+
+
+def test_redis_paused_shorter_than_the_lease(aof_redis: RedisServer, uid: str) -> None:
+    _finish(*_run_fault(aof_redis, uid, lease_ttl_s=4.0, fault=1.5))
+
+
+@pytest.mark.xfail(
+    reason="node side of issue 12 (item 5: a node back from offline answers 0x10 for its "
+    "persistent sessions; item 2: self-fencing): measured 46 of 1,262 missing and 28 QoS 2 "
+    "duplicates on the Redis-side branch alone",
+    strict=False,
+)
+def test_redis_paused_longer_than_the_lease(aof_redis: RedisServer, uid: str) -> None:
+    """The nodes go offline (their lease expired in the pause) and rejoin under a new epoch;
+    nothing acknowledged is lost, no QoS 2 message comes twice."""
+    _finish(*_run_fault(aof_redis, uid, lease_ttl_s=2.0, fault=5.0, load_s=9.0))

@@ -1,0 +1,458 @@
+"""An independent checker for fault-injection tests: every acknowledged message is counted at
+its subscriber.
+
+Real paho-mqtt clients with persistent sessions roam over the cluster's nodes: each
+``RoamingClient`` reconnects on its own (next node, backoff) whenever its connection breaks and
+resumes its session (paho re-sends its unacknowledged PUBLISH / PUBREL itself). Publishers send
+payloads ``<stream>:<seq>`` and record in the shared :class:`DeliveryLedger` only the sequence
+numbers they got a *successful* PUBACK (QoS 1) or PUBCOMP (QoS 2) for; subscribers record every
+copy that arrives. ``DeliveryLedger.report`` then says what the cluster lost (acknowledged, never
+delivered), what it delivered twice (QoS 2: must be 0; QoS 1: counted) and how many acks carried
+an error reason (a failed write must never be acknowledged as a success).
+
+Typical use (see ``tests/integration/cluster/test_redis_faults.py``)::
+
+    ledger = DeliveryLedger()
+    subs = [LedgerSubscriber(ledger, ports, f"s{n}", f"t/{uid}/{n}", qos=2) for n in ...]
+    pubs = [LedgerPublisher(ledger, ports, f"p{n}", f"t/{uid}/{n}", qos=2) for n in ...]
+    load = PublishLoad(pubs, rate=200)          # a thread publishing round robin
+    load.start(); fault(); load.stop()
+    report = ledger.wait_delivered(timeout=30)  # every acknowledged message arrived, or not
+    assert report.missing == 0 and report.qos2_duplicates == 0, report
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode, MQTTProtocolVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from tests.support.paho_client import reason_value as _code
+from xmq.bench.survivability_faults import pause as pause_process
+
+__all__ = ["pause_process"]  # SIGSTOP a pid for a while, then SIGCONT (the bench's injector)
+
+V311 = mqtt.MQTTv311
+V5 = mqtt.MQTTv5
+PROBE = b"probe"
+"""Payload of warm-up messages (QoS 0, not counted)."""
+
+
+@dataclass(frozen=True)
+class LedgerReport:
+    acked: int
+    """Distinct messages that got a successful PUBACK / PUBCOMP."""
+    refused: int
+    """Acknowledgements with an error reason code (the message was not stored)."""
+    received: int
+    """Distinct messages that reached their subscriber."""
+    missing: int
+    """Acknowledged and never received."""
+    qos2_duplicates: int
+    """Extra copies of QoS 2 messages (must be 0)."""
+    qos1_duplicates: int
+    """Extra copies of QoS 1 messages (allowed, counted)."""
+    missing_sample: tuple[tuple[str, int], ...] = ()
+
+    def __str__(self) -> str:
+        return (
+            f"acked {self.acked}, refused {self.refused}, received {self.received}, "
+            f"missing {self.missing} {list(self.missing_sample)}, "
+            f"QoS 2 duplicates {self.qos2_duplicates}, QoS 1 duplicates {self.qos1_duplicates}"
+        )
+
+
+class DeliveryLedger:
+    """What publishers got acknowledged and what subscribers received (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.acked: dict[str, set[int]] = {}
+        self.refused: dict[str, set[int]] = {}
+        self.qos: dict[str, int] = {}
+        self.copies: dict[str, Counter[int]] = {}
+
+    def stream(self, name: str, qos: int) -> None:
+        with self._lock:
+            self.qos[name] = qos
+            self.acked.setdefault(name, set())
+            self.refused.setdefault(name, set())
+            self.copies.setdefault(name, Counter())
+
+    def ack(self, stream: str, seq: int, reason: int) -> None:
+        with self._lock:
+            if reason < 0x80:
+                self.acked[stream].add(seq)
+            else:
+                self.refused[stream].add(seq)
+
+    def receive(self, payload: bytes) -> None:
+        stream, _, seq = payload.decode().rpartition(":")
+        with self._lock:
+            if stream in self.copies:
+                self.copies[stream][int(seq)] += 1
+
+    def report(self) -> LedgerReport:
+        with self._lock:
+            acked = received = missing = dup1 = dup2 = refused = 0
+            sample: list[tuple[str, int]] = []
+            for stream, seqs in self.acked.items():
+                copies = self.copies[stream]
+                acked += len(seqs)
+                refused += len(self.refused[stream] - seqs)
+                received += len(copies)
+                lost = sorted(seqs - copies.keys())
+                missing += len(lost)
+                sample += [(stream, seq) for seq in lost[: 5 - len(sample)]]
+                extra = sum(count - 1 for count in copies.values())
+                if self.qos[stream] == 2:
+                    dup2 += extra
+                else:
+                    dup1 += extra
+            return LedgerReport(acked, refused, received, missing, dup2, dup1, tuple(sample))
+
+    def wait_delivered(self, timeout: float, settle: float = 1.0) -> LedgerReport:
+        """Wait until every acknowledged message arrived (or ``timeout``), then ``settle``
+        seconds more for late duplicates; return the final report."""
+        deadline = time.monotonic() + timeout
+        while self.report().missing and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(settle)
+        return self.report()
+
+
+class RoamingClient:
+    """A paho client with a persistent session that reconnects to the next node on its own."""
+
+    def __init__(
+        self,
+        ports: Sequence[int],
+        client_id: str,
+        first: int = 0,
+        version: MQTTProtocolVersion = V5,
+        session_expiry: int = 600,
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.ports = list(ports)
+        self.index = first % len(self.ports)
+        self.host = host
+        self.version = version
+        self.session_expiry = session_expiry
+        self.client = mqtt.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=version,
+            clean_session=None if version == V5 else False,
+            reconnect_on_failure=False,
+        )
+        self.client.max_inflight_messages_set(100)
+        self.client.max_queued_messages_set(0)
+        self.connected = threading.Event()
+        self.connects = 0
+        self.session_lost = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"roam-{client_id}", daemon=True)
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = self._on_disconnect
+
+    def start(self, timeout: float = 15.0) -> None:
+        self._thread.start()
+        if not self.connected.wait(timeout):
+            raise TimeoutError(f"{self.client._client_id!r} did not connect")
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self.client.disconnect()
+        finally:
+            if self._thread.is_alive():
+                self._thread.join(10)
+
+    def drop(self) -> None:
+        """Cut the connection without DISCONNECT (a network loss): the client reconnects, to
+        the next node, and resumes its session there."""
+        sock = self.client.socket()
+        if isinstance(sock, socket.socket):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def on_session(self, present: bool) -> None:
+        """Called after each CONNACK (paho's thread)."""
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        if _code(reason) != 0:
+            return
+        self.connects += 1
+        if self.connects > 1 and not flags.session_present:
+            self.session_lost += 1
+        self.on_session(bool(flags.session_present))
+        self.connected.set()
+
+    def _on_disconnect(self, *args: Any) -> None:
+        self.connected.clear()
+
+    def _connect(self) -> None:
+        port = self.ports[self.index]
+        if self.version == V5:
+            properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
+            properties.SessionExpiryInterval = self.session_expiry
+            self.client.connect(
+                self.host, port, 30, clean_start=self.connects == 0, properties=properties
+            )
+        else:
+            self.client._clean_session = self.connects == 0
+            self.client.connect(self.host, port, 30)
+
+    def _run(self) -> None:
+        delay = 0.1
+        while not self._stop.is_set():
+            try:
+                self._connect()
+                self.client.loop_forever(retry_first_connection=False)
+            except OSError:
+                pass
+            if self._stop.is_set():
+                return
+            self.connected.clear()
+            self.index = (self.index + 1) % len(self.ports)  # the next node
+            self._stop.wait(delay)
+            delay = min(delay * 2, 1.0) if not self.connects else 0.1
+
+
+class LedgerSubscriber(RoamingClient):
+    """Subscribes ``topic`` once (the session keeps it) and records every copy received."""
+
+    def __init__(
+        self,
+        ledger: DeliveryLedger,
+        ports: Sequence[int],
+        client_id: str,
+        topic: str,
+        qos: int,
+        **options: Any,
+    ) -> None:
+        super().__init__(ports, client_id, **options)
+        self.ledger = ledger
+        self.topic = topic
+        self.qos = qos
+        self.subscribed = threading.Event()
+        self.probed = threading.Event()  # a warm-up probe arrived: its route is everywhere
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = lambda *args: self.subscribed.set()
+
+    def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
+        payload = bytes(msg.payload)
+        if payload.startswith(PROBE):
+            self.probed.set()
+        else:
+            self.ledger.receive(payload)
+
+    def on_session(self, present: bool) -> None:
+        if not present:  # a new (or lost) session: subscribe again
+            self.client.subscribe(self.topic, self.qos)
+
+    def start(self, timeout: float = 15.0) -> None:
+        super().start(timeout)
+        if not self.subscribed.wait(timeout):
+            raise TimeoutError(f"{self.topic}: no SUBACK")
+
+
+class LedgerPublisher(RoamingClient):
+    """Publishes ``<stream>:<seq>`` on ``topic``; records each successful acknowledgement."""
+
+    def __init__(
+        self,
+        ledger: DeliveryLedger,
+        ports: Sequence[int],
+        client_id: str,
+        topic: str,
+        qos: int,
+        stream: str = "",
+        **options: Any,
+    ) -> None:
+        super().__init__(ports, client_id, **options)
+        self.ledger = ledger
+        self.topic = topic
+        self.qos = qos
+        self.stream = stream or client_id
+        ledger.stream(self.stream, qos)
+        self.seq = 0
+        self._mids: dict[int, int] = {}  # paho message id -> sequence number
+        self._early: dict[int, int] = {}  # message id -> ack reason, ack seen before the id
+        self._lock = threading.Lock()
+        self.client.on_publish = self._on_publish
+
+    def publish_next(self) -> None:
+        """Publish the next sequence number (from one thread: the load's)."""
+        self.seq += 1
+        seq = self.seq
+        # not under self._lock: paho calls _on_publish holding its own lock (lock order)
+        info = self.client.publish(self.topic, f"{self.stream}:{seq}", qos=self.qos)
+        if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
+            return  # not queued by paho: never acknowledged, never counted
+        with self._lock:
+            reason = self._early.pop(info.mid, None)
+            if reason is None:
+                self._mids[info.mid] = seq
+                return
+        self.ledger.ack(self.stream, seq, reason)  # acknowledged before publish() returned
+
+    def _on_publish(self, client: Any, userdata: Any, mid: int, reason: Any, props: Any) -> None:
+        with self._lock:
+            seq = self._mids.pop(mid, None)
+            if seq is None:
+                self._early[mid] = _code(reason)
+                return
+        self.ledger.ack(self.stream, seq, _code(reason))
+
+    @property
+    def unacknowledged(self) -> int:
+        with self._lock:
+            return len(self._mids)
+
+
+class PublishLoad:
+    """A thread publishing round robin over ``publishers`` at ``rate`` messages/s in all."""
+
+    def __init__(self, publishers: Sequence[LedgerPublisher], rate: float) -> None:
+        self.publishers = list(publishers)
+        self.rate = rate
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="publish-load", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        for publisher in itertools.cycle(self.publishers):
+            if self._stop.is_set():
+                return
+            due = started + self.sent / self.rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                self._stop.wait(delay)
+            publisher.publish_next()
+            self.sent += 1
+
+    def wait_acknowledged(self, timeout: float) -> int:
+        """Wait until no publisher has a message without acknowledgement; return how many
+        are still unacknowledged at the end."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = sum(p.unacknowledged for p in self.publishers)
+            if not left:
+                return 0
+            time.sleep(0.1)
+        return sum(p.unacknowledged for p in self.publishers)
+
+
+def settle_and_check(
+    ledger: DeliveryLedger,
+    fleet: Fleet,
+    logs: Callable[[], dict[str, str]],
+    min_acked: int = 300,
+    timeout: float = 30.0,
+) -> LedgerReport:
+    """Wait for every acknowledged message (printing the report, and ``logs()`` when something
+    is missing or a QoS 2 message came twice), stop the fleet, then assert: at least
+    ``min_acked`` acknowledged, 0 missing, 0 QoS 2 duplicates. Stop the nodes afterwards."""
+    try:
+        report = ledger.wait_delivered(timeout=timeout)
+        print(f"checker: {report}; sessions lost {fleet.sessions_lost}")
+        if report.missing or report.qos2_duplicates:
+            for name, text in logs().items():
+                print(f"--- {name} log:\n{text[-6000:]}")
+    finally:
+        fleet.stop()
+    assert report.acked > min_acked, report
+    assert report.missing == 0, report
+    assert report.qos2_duplicates == 0, report
+    return report
+
+
+def in_background(action: Callable[[], None]) -> threading.Thread:
+    """Run a fault in a thread (the load goes on meanwhile); join the thread to wait for it."""
+    thread = threading.Thread(target=action, name="fault", daemon=True)
+    thread.start()
+    return thread
+
+
+@dataclass
+class Fleet:
+    """Subscribers and publishers of one checked load, started and stopped together."""
+
+    subscribers: list[LedgerSubscriber] = field(default_factory=list)
+    publishers: list[LedgerPublisher] = field(default_factory=list)
+
+    def start(self, timeout: float = 15.0) -> None:
+        """Connect everyone, then probe each topic until its subscriber gets a probe (its
+        subscription has reached every node): a publish before that may rightly find no
+        subscriber (0x10)."""
+        for client in (*self.subscribers, *self.publishers):
+            client.start()
+        by_topic = {s.topic: s for s in self.subscribers}
+        deadline = time.monotonic() + timeout
+        waiting = list(self.publishers)
+        while waiting:
+            for publisher in waiting:
+                publisher.client.publish(publisher.topic, PROBE, qos=0)
+            time.sleep(0.1)
+            waiting = [p for p in waiting if not by_topic[p.topic].probed.is_set()]
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(waiting)} topics not routed to their subscriber")
+
+    def stop(self) -> None:
+        for client in (*self.publishers, *self.subscribers):
+            client.stop()
+
+    def move_subscribers(self) -> None:
+        """Every subscriber drops its connection and resumes its session on the next node."""
+        for subscriber in self.subscribers:
+            subscriber.drop()
+
+    @property
+    def sessions_lost(self) -> int:
+        return sum(c.session_lost for c in (*self.subscribers, *self.publishers))
+
+
+def checked_fleet(
+    ledger: DeliveryLedger,
+    ports: Sequence[int],
+    prefix: str,
+    pairs: int,
+    qos_levels: Sequence[int] = (1, 2),
+    version: int = V5,
+) -> Fleet:
+    """``pairs`` publisher/subscriber pairs per QoS level, each pair on two different nodes
+    (subscriber n on node n, publisher on node n+1), topic ``<prefix>/q<qos>/<n>``."""
+    fleet = Fleet()
+    for qos in qos_levels:
+        for n in range(pairs):
+            topic = f"{prefix}/q{qos}/{n}"
+            name = f"{prefix.replace('/', '-')}-q{qos}-{n}"
+            fleet.subscribers.append(
+                LedgerSubscriber(ledger, ports, f"{name}-s", topic, qos, first=n, version=version)
+            )
+            fleet.publishers.append(
+                LedgerPublisher(
+                    ledger, ports, f"{name}-p", topic, qos, first=n + 1, version=version
+                )
+            )
+    return fleet

@@ -1,0 +1,82 @@
+"""A record that was not written never gets a successful acknowledgement."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, cast
+
+from tests.support.sink_link import SinkLink
+from xmq.codec.packets import MQTT_5, Puback, Pubrec
+from xmq.core.held_acks import AckGate
+
+if TYPE_CHECKING:
+    from xmq.core.connection import ClientConnection
+
+
+class FakeSession:
+    def __init__(self) -> None:
+        self.client_id = "pub"
+        self.inbound_qos2 = {5}
+
+
+class FakeConn:
+    def __init__(self, version: int = MQTT_5) -> None:
+        self.version = version
+        self.link = SinkLink()
+        self.session = FakeSession()
+
+
+def _conn(fake: FakeConn) -> ClientConnection:
+    return cast("ClientConnection", fake)
+
+
+def test_a_failed_record_gives_mqtt_5_an_error_reason_not_success() -> None:
+    gate = AckGate(10)
+    fake = FakeConn()
+    held = gate.begin(_conn(fake), "pub", 1, 3)
+    held.hold()  # a record
+    held.release()  # routing over
+    held.fail()  # the record was given up
+    assert fake.link.packets() == [Puback(3, 0x80)]
+    assert not fake.link.closed
+    assert gate.failed == 1 and gate.held == 0
+
+
+def test_a_failed_record_of_a_released_hold_still_fails_the_ack() -> None:
+    gate = AckGate(10)
+    fake = FakeConn()
+    held = gate.begin(_conn(fake), "pub", 1, 3)
+    held.hold()
+    held.hold()
+    held.fail()  # one record given up ...
+    held.release()  # ... another written
+    assert fake.link.out == b""
+    held.release()  # routing over: the ack is an error, whatever came after the failure
+    assert fake.link.packets() == [Puback(3, 0x80)]
+
+
+def test_mqtt_311_gets_no_ack_its_connection_is_closed() -> None:
+    gate = AckGate(10)
+    fake = FakeConn(version=4)
+    held = gate.begin(_conn(fake), "pub", 1, 3)
+    held.fail()
+    assert fake.link.out == b""
+    assert fake.link.closed
+
+
+def test_a_failed_pubrec_frees_the_packet_id() -> None:
+    gate = AckGate(10)
+    fake = FakeConn()
+    held = gate.begin(_conn(fake), "pub", 2, 5)
+    held.fail()
+    assert fake.link.packets() == [Pubrec(5, 0x80)]
+    assert 5 not in fake.session.inbound_qos2  # a re-send is routed as new, not ignored
+    assert not gate.resent(_conn(fake), "pub", 5)
+
+
+def test_a_failed_pubcomp_closes_the_connection() -> None:
+    gate = AckGate(10)
+    fake = FakeConn()
+    held = gate.complete(_conn(fake), "pub", 5)
+    held.fail()
+    assert fake.link.out == b""
+    assert fake.link.closed
