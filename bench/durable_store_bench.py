@@ -58,10 +58,13 @@ class RecordWait:
         if not self.holds and not self.future.done():
             self.future.set_result(None)
 
+    def fail(self) -> None:
+        if not self.future.done():
+            self.future.set_exception(RuntimeError("a record was not written"))
+
 
 async def _publisher(store: RedisSessionStore, session: Session, stop_at: float) -> int:
     loop = asyncio.get_running_loop()
-    stats = session.stats
     sent = 0
     while loop.time() < stop_at:
         wait = RecordWait(loop)
@@ -73,9 +76,7 @@ async def _publisher(store: RedisSessionStore, session: Session, stop_at: float)
             store.hold = None
         await wait.future  # the held PUBACK would go now
         delivery = session.queue.popleft()  # offline session: queued after its record
-        size = delivery.message.size
-        session.queued_bytes -= size
-        stats.queued_bytes -= size
+        session.unqueued(delivery)
         store.acknowledged(session, delivery)  # the subscriber's PUBACK: LREM
         sent += 1
     return sent
