@@ -275,7 +275,10 @@ class ClusterRuntime:
             log.warning("could not load orphaned sessions: %r", error)
 
     async def _rejoined(self) -> None:
-        await self._load_orphans()
+        try:
+            await self._load_orphans()
+        finally:
+            self.identity.rejoining = False
         await self._load_retained()
 
     async def _adopt_pending(self) -> None:
@@ -305,6 +308,7 @@ class ClusterRuntime:
         # disconnected): messages published here for them go to their queues, not 0x10.
         self.retained.begin_load()
         if self._reload_task is None or self._reload_task.done():
+            self.identity.rejoining = True  # CONNECTs get 0x88 until the orphans are loaded
             self._reload_task = asyncio.get_running_loop().create_task(
                 self._rejoined(), name="rejoin-reload"
             )

@@ -44,6 +44,8 @@ async def claim_cluster_wide(
         return None
     if not identity.online:
         raise ClusterUnavailableError("node offline: no cluster lease")
+    if identity.rejoining:
+        raise ClusterUnavailableError("node rejoining: loading its previous run's sessions")
     client_id = terms.client_id
     durable = terms.session_expiry_s > 0
     expected: tuple[str, int] | None = None

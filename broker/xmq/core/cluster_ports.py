@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class NodeIdentity:
     """This node's id, its run epoch and whether it holds a valid lease (set by membership)."""
 
-    __slots__ = ("connect_wait_s", "epoch", "lease_ttl_s", "node_id", "online")
+    __slots__ = ("connect_wait_s", "epoch", "lease_ttl_s", "node_id", "online", "rejoining")
 
     def __init__(
         self,
@@ -36,6 +36,9 @@ class NodeIdentity:
         self.online = online
         self.lease_ttl_s = lease_ttl_s
         self.connect_wait_s = connect_wait_s  # a CONNECT waits this long for an unreachable owner
+        # Back online under a new epoch, its previous run's sessions not yet loaded as orphans:
+        # a CONNECT now would let a publish find no route for them (0x10), so it gets 0x88.
+        self.rejoining = False
 
 
 class ClusterUnavailableError(Exception):

@@ -187,9 +187,10 @@ def test_a_node_back_online_queues_messages_for_its_previous_run_s_sessions(
         "node 3 back under a new epoch",
     )
     client.close()
-    pub = PahoClient(port, f"{uid}-pub")
+    # Until its previous run's sessions are loaded the node answers CONNECT 0x88 (retried):
+    # a publish accepted before that would find no route for them.
+    pub = _accepted_client(port, f"{uid}-pub")
     try:
-        wait_for(lambda: pub.connect(timeout=5).reason == 0, 10, "CONNECT accepted")
         reasons = [pub.publish(topic, f"{n}".encode(), qos=1, wait=True) for n in range(20)]
     finally:
         pub.close()
@@ -201,6 +202,20 @@ def test_a_node_back_online_queues_messages_for_its_previous_run_s_sessions(
     finally:
         again.close()
     assert got == list(range(20))
+
+
+def _accepted_client(port: int, client_id: str, timeout: float = 10.0) -> PahoClient:
+    """A client connected to ``port``, a new one per attempt while CONNECT is refused (0x88)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        client = PahoClient(port, client_id)
+        result = client.connect(timeout=5)
+        if result.reason == 0:
+            return client
+        client.close()
+        assert result.reason == 0x88, f"CONNECT refused with {result.reason:#x}"
+        assert time.monotonic() < deadline, "CONNECT still refused"
+        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -60,3 +60,17 @@ async def test_a_claim_without_a_takeover_is_applied() -> None:
     directory, task = await _claiming(broker)
     directory.reply.set_result(ClaimResult(ClaimOutcome.CLAIMED))
     assert await task is None
+
+
+async def test_a_node_rejoining_refuses_claims_until_its_orphans_are_loaded() -> None:
+    """Back online under a new epoch: until its previous run's sessions are loaded as orphans
+    a CONNECT gets 0x88 (a publish would find no route for them and get 0x10)."""
+    broker = Broker(CoreSettings())
+    broker.identity = NodeIdentity("node-1", 4, online=True)
+    broker.identity.rejoining = True
+    broker.directory = SlowDirectory()
+    connect = Connect(protocol_version=MQTT_5, client_id="c", clean_start=False)
+    terms = negotiate_connect(connect, broker.settings.limits, broker.new_client_id)
+    with pytest.raises(ClusterUnavailableError, match="rejoining"):
+        await claim_cluster_wide(broker, terms)
+    assert not broker.claiming
