@@ -6,9 +6,11 @@ Real paho-mqtt clients with persistent sessions roam over the cluster's nodes: e
 resumes its session (paho re-sends its unacknowledged PUBLISH / PUBREL itself). Publishers send
 payloads ``<stream>:<seq>`` and record in the shared :class:`DeliveryLedger` only the sequence
 numbers they got a *successful* PUBACK (QoS 1) or PUBCOMP (QoS 2) for; subscribers record every
-copy that arrives. ``DeliveryLedger.report`` then says what the cluster lost (acknowledged, never
-delivered), what it delivered twice (QoS 2: must be 0; QoS 1: counted) and how many acks carried
-an error reason (a failed write must never be acknowledged as a success).
+copy that arrives. Several subscribers may share a topic (and several publishers): each of them
+must get every message acknowledged on it. ``DeliveryLedger.report`` then says what the cluster
+lost (acknowledged, never delivered), what it delivered twice (QoS 2: must be 0; QoS 1:
+counted) and how many acks carried an error reason (a failed write must never be acknowledged
+as a success).
 
 Typical use (see ``tests/integration/cluster/test_redis_faults.py``)::
 
@@ -56,14 +58,15 @@ class LedgerReport:
     refused: int
     """Acknowledgements with an error reason code (the message was not stored)."""
     received: int
-    """Distinct messages that reached their subscriber."""
+    """Distinct messages that reached their subscriber (counted per subscriber)."""
     missing: int
-    """Acknowledged and never received."""
+    """Acknowledged and never received (counted per subscriber of the topic)."""
     qos2_duplicates: int
     """Extra copies of QoS 2 messages (must be 0)."""
     qos1_duplicates: int
     """Extra copies of QoS 1 messages (allowed, counted)."""
-    missing_sample: tuple[tuple[str, int], ...] = ()
+    missing_sample: tuple[tuple[str, str, int], ...] = ()
+    """(subscriber, stream, sequence number) of a few missing messages."""
 
     def __str__(self) -> str:
         return (
@@ -81,14 +84,22 @@ class DeliveryLedger:
         self.acked: dict[str, set[int]] = {}
         self.refused: dict[str, set[int]] = {}
         self.qos: dict[str, int] = {}
-        self.copies: dict[str, Counter[int]] = {}
+        self.topic: dict[str, str] = {}  # stream -> its topic
+        self.readers: dict[str, list[str]] = {}  # topic -> its subscribers
+        self.copies: dict[tuple[str, str], Counter[int]] = {}  # (subscriber, stream) -> copies
 
-    def stream(self, name: str, qos: int) -> None:
+    def stream(self, name: str, qos: int, topic: str) -> None:
+        """A publisher's stream of messages on ``topic``."""
         with self._lock:
             self.qos[name] = qos
+            self.topic[name] = topic
             self.acked.setdefault(name, set())
             self.refused.setdefault(name, set())
-            self.copies.setdefault(name, Counter())
+
+    def reader(self, name: str, topic: str) -> None:
+        """A subscriber of ``topic``: it must get every message acknowledged on it."""
+        with self._lock:
+            self.readers.setdefault(topic, []).append(name)
 
     def ack(self, stream: str, seq: int, reason: int) -> None:
         with self._lock:
@@ -97,29 +108,31 @@ class DeliveryLedger:
             else:
                 self.refused[stream].add(seq)
 
-    def receive(self, payload: bytes) -> None:
+    def receive(self, reader: str, payload: bytes) -> None:
         stream, _, seq = payload.decode().rpartition(":")
         with self._lock:
-            if stream in self.copies:
-                self.copies[stream][int(seq)] += 1
+            if stream in self.qos:
+                self.copies.setdefault((reader, stream), Counter())[int(seq)] += 1
 
     def report(self) -> LedgerReport:
         with self._lock:
             acked = received = missing = dup1 = dup2 = refused = 0
-            sample: list[tuple[str, int]] = []
+            sample: list[tuple[str, str, int]] = []
             for stream, seqs in self.acked.items():
-                copies = self.copies[stream]
                 acked += len(seqs)
                 refused += len(self.refused[stream] - seqs)
-                received += len(copies)
-                lost = sorted(seqs - copies.keys())
-                missing += len(lost)
-                sample += [(stream, seq) for seq in lost[: 5 - len(sample)]]
-                extra = sum(count - 1 for count in copies.values())
-                if self.qos[stream] == 2:
-                    dup2 += extra
-                else:
-                    dup1 += extra
+                # a topic nobody reads: every acknowledged message on it is missing
+                for reader in self.readers.get(self.topic[stream]) or ["(no subscriber)"]:
+                    copies = self.copies.get((reader, stream), Counter())
+                    received += len(copies)
+                    lost = sorted(seqs - copies.keys())
+                    missing += len(lost)
+                    sample += [(reader, stream, seq) for seq in lost[: 5 - len(sample)]]
+                    extra = sum(count - 1 for count in copies.values())
+                    if self.qos[stream] == 2:
+                        dup2 += extra
+                    else:
+                        dup1 += extra
             return LedgerReport(acked, refused, received, missing, dup2, dup1, tuple(sample))
 
     def wait_delivered(self, timeout: float, settle: float = 1.0) -> LedgerReport:
@@ -143,8 +156,13 @@ class RoamingClient:
         version: MQTTProtocolVersion = V5,
         session_expiry: int = 600,
         host: str = "127.0.0.1",
+        keepalive: int = 30,
     ) -> None:
+        """``keepalive`` also bounds the wait for a CONNACK (paho closes a connection that
+        received nothing for that long): a short one moves the client off a paused node."""
         self.ports = list(ports)
+        self.client_id = client_id
+        self.keepalive = keepalive
         self.index = first % len(self.ports)
         self.host = host
         self.version = version
@@ -161,6 +179,7 @@ class RoamingClient:
         self.connected = threading.Event()
         self.connects = 0
         self.session_lost = 0
+        self.disconnect_reasons: Counter[int] = Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"roam-{client_id}", daemon=True)
         self.client.on_connect = self._on_connect
@@ -169,7 +188,7 @@ class RoamingClient:
     def start(self, timeout: float = 15.0) -> None:
         self._thread.start()
         if not self.connected.wait(timeout):
-            raise TimeoutError(f"{self.client._client_id!r} did not connect")
+            raise TimeoutError(f"{self.client_id!r} did not connect")
 
     def stop(self) -> None:
         self._stop.set()
@@ -199,7 +218,8 @@ class RoamingClient:
         self.on_session(bool(flags.session_present))
         self.connected.set()
 
-    def _on_disconnect(self, *args: Any) -> None:
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, _: Any) -> None:
+        self.disconnect_reasons[_code(reason)] += 1
         self.connected.clear()
 
     def _connect(self) -> None:
@@ -208,11 +228,15 @@ class RoamingClient:
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             properties.SessionExpiryInterval = self.session_expiry
             self.client.connect(
-                self.host, port, 30, clean_start=self.connects == 0, properties=properties
+                self.host,
+                port,
+                self.keepalive,
+                clean_start=self.connects == 0,
+                properties=properties,
             )
         else:
             self.client._clean_session = self.connects == 0
-            self.client.connect(self.host, port, 30)
+            self.client.connect(self.host, port, self.keepalive)
 
     def _run(self) -> None:
         delay = 0.1
@@ -246,17 +270,18 @@ class LedgerSubscriber(RoamingClient):
         self.ledger = ledger
         self.topic = topic
         self.qos = qos
+        ledger.reader(client_id, topic)
         self.subscribed = threading.Event()
-        self.probed = threading.Event()  # a warm-up probe arrived: its route is everywhere
+        self.probed: set[bytes] = set()  # warm-up probes arrived (their publishers' routes)
         self.client.on_message = self._on_message
         self.client.on_subscribe = lambda *args: self.subscribed.set()
 
     def _on_message(self, client: Any, userdata: Any, msg: Any) -> None:
         payload = bytes(msg.payload)
         if payload.startswith(PROBE):
-            self.probed.set()
+            self.probed.add(payload)
         else:
-            self.ledger.receive(payload)
+            self.ledger.receive(self.client_id, payload)
 
     def on_session(self, present: bool) -> None:
         if not present:  # a new (or lost) session: subscribe again
@@ -286,7 +311,8 @@ class LedgerPublisher(RoamingClient):
         self.topic = topic
         self.qos = qos
         self.stream = stream or client_id
-        ledger.stream(self.stream, qos)
+        self.probe = PROBE + b":" + self.stream.encode()
+        ledger.stream(self.stream, qos, topic)
         self.seq = 0
         self._mids: dict[int, int] = {}  # paho message id -> sequence number
         self._early: dict[int, int] = {}  # message id -> ack reason, ack seen before the id
@@ -402,21 +428,20 @@ class Fleet:
     publishers: list[LedgerPublisher] = field(default_factory=list)
 
     def start(self, timeout: float = 15.0) -> None:
-        """Connect everyone, then probe each topic until its subscriber gets a probe (its
-        subscription has reached every node): a publish before that may rightly find no
-        subscriber (0x10)."""
+        """Connect everyone, then probe from each publisher until every subscriber of its topic
+        gets its probe (the subscription has reached the publisher's node): a publish before
+        that may rightly find no subscriber (0x10)."""
         for client in (*self.subscribers, *self.publishers):
-            client.start()
-        by_topic = {s.topic: s for s in self.subscribers}
+            client.start(timeout)
         deadline = time.monotonic() + timeout
-        waiting = list(self.publishers)
+        waiting = [(p, s) for p in self.publishers for s in self.subscribers if s.topic == p.topic]
         while waiting:
-            for publisher in waiting:
-                publisher.client.publish(publisher.topic, PROBE, qos=0)
+            for publisher in {p for p, _ in waiting}:
+                publisher.client.publish(publisher.topic, publisher.probe, qos=0)
             time.sleep(0.1)
-            waiting = [p for p in waiting if not by_topic[p.topic].probed.is_set()]
+            waiting = [(p, s) for p, s in waiting if p.probe not in s.probed]
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{len(waiting)} topics not routed to their subscriber")
+                raise TimeoutError(f"{len(waiting)} publisher -> subscriber routes missing")
 
     def stop(self) -> None:
         for client in (*self.publishers, *self.subscribers):
@@ -454,5 +479,33 @@ def checked_fleet(
                 LedgerPublisher(
                     ledger, ports, f"{name}-p", topic, qos, first=n + 1, version=version
                 )
+            )
+    return fleet
+
+
+def node_fleet(
+    ledger: DeliveryLedger,
+    ports: Sequence[int],
+    prefix: str,
+    subscribers: int = 1,
+    qos_levels: Sequence[int] = (1, 2),
+    keepalive: int = 30,
+) -> Fleet:
+    """Per node and QoS level ``subscribers`` subscribers and one publisher, all on one topic
+    per QoS level ``<prefix>/q<qos>``: every message crosses every link between the nodes, and
+    every subscriber of a QoS level must get every message acknowledged at it. Node n's
+    clients dial ``ports[n]`` first."""
+    fleet = Fleet()
+    for node in range(len(ports)):
+        for qos in qos_levels:
+            topic = f"{prefix}/q{qos}"
+            name = f"{prefix.replace('/', '-')}-q{qos}-n{node}"
+            options: dict[str, Any] = {"first": node, "keepalive": keepalive}
+            fleet.subscribers += [
+                LedgerSubscriber(ledger, ports, f"{name}-s{k}", topic, qos, **options)
+                for k in range(subscribers)
+            ]
+            fleet.publishers.append(
+                LedgerPublisher(ledger, ports, f"{name}-p", topic, qos, **options)
             )
     return fleet
