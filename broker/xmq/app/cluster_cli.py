@@ -63,7 +63,18 @@ def _start_redis(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server not found: install the Debian package or give --redis-url")
-    port = _free_port()
+    for _ in range(5):  # a free port can be taken before redis-server binds it: try another
+        started = _try_redis(binary, data_dir, _free_port())
+        if started is not None:
+            return started
+    raise SystemExit("redis-server did not start")
+
+
+def _try_redis(binary: str, data_dir: str, port: int) -> tuple[subprocess.Popen[bytes], str] | None:
+    """Start redis-server on ``port``; None when it exited (the port was taken meanwhile).
+
+    The server answering on the port must be this one (its ``process_id``): another process
+    may have bound the port between ``_free_port`` and redis-server's bind."""
     proc = subprocess.Popen(
         [binary, "--bind", "127.0.0.1", "--port", str(port), "--dir", data_dir]
         + ["--appendonly", "yes", "--appendfsync", "everysec", "--save", ""],
@@ -73,16 +84,20 @@ def _start_redis(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
     url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)
     deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise SystemExit("redis-server did not start") from None
+    try:
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if client.info("server").get("process_id") == proc.pid:
+                    return proc, url
+            except redis.RedisError:
+                pass
             time.sleep(0.05)
-    client.close()
-    return proc, url
+    finally:
+        client.close()
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    return None
 
 
 def _listening_address(node: subprocess.Popen[str], workers: int) -> str:
