@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
 from xmq.codec.reason_codes import ReasonCode
+from xmq.core import shared_handoff
 from xmq.core.auth_ports import AuthEvents
 from xmq.core.cluster_claims import apply_restored
 from xmq.core.cluster_ports import (
@@ -202,8 +203,7 @@ class Broker(AuthEvents):
         session.connection = None
         if session.store is not None:
             session.store.disconnected(session)
-        for delivery in session.take_shared():
-            self._redispatch(delivery)
+        shared_handoff.member_left(self, session)
         will = session.will
         session.will = None
         if will is not None and not publish_will:
@@ -254,6 +254,7 @@ class Broker(AuthEvents):
         for flt, sub in list(session.subscriptions.items()):
             self._remove_subscription(session, flt, sub)
         session.subscriptions.clear()
+        shared_handoff.session_ended(self, session)
         session.discard_queue()
         if self.sessions.get(session.client_id) is session:
             del self.sessions[session.client_id]
@@ -284,6 +285,7 @@ class Broker(AuthEvents):
         session.store = None  # it moves, it does not unsubscribe: no durable deltas
         for flt, sub in list(session.subscriptions.items()):
             self._remove_subscription(session, flt, sub)
+        shared_handoff.session_ended(self, session, moved=durable)
         session.clear_queue()
         session.inflight.clear()
         del self.sessions[client_id]
@@ -520,8 +522,9 @@ class Broker(AuthEvents):
         self.stats.drop("no_shared_member")
         return False
 
-    def _redispatch(self, delivery: Delivery) -> None:
-        """An unacknowledged shared-subscription message goes to another member."""
+    def redispatch(self, delivery: Delivery) -> None:
+        """A shared-subscription message its member gave up goes to another member
+        (``core.shared_handoff`` decides which may)."""
         share = delivery.share
         if share is None or share.share_group is None:
             return

@@ -299,6 +299,8 @@ class Session:
             delivery.packet_id = packet_id  # in flight now, written in its turn (owed_writes)
             self.inflight[packet_id] = delivery
             owe(self, delivery, now, release=False)
+            if delivery.qos == 2 and delivery.on_done is not None:
+                _bound_to_member(delivery)
             return True
         if not conn.send_publish(
             delivery.message,
@@ -313,6 +315,8 @@ class Session:
         self.inflight[packet_id] = delivery
         if store is not None:
             store.sent(self, delivery)
+        if delivery.qos == 2 and delivery.on_done is not None:
+            _bound_to_member(delivery)
         return True
 
     def pump(self, now: float) -> None:
@@ -392,15 +396,21 @@ class Session:
         write_due(self, now)
         self.pump(now)
 
-    def take_shared(self) -> list[Delivery]:
-        """Remove and return the unacknowledged deliveries that came through a shared group."""
-        taken = [d for d in self.inflight.values() if d.share is not None and not d.released]
+    def take_shared(self, movable: Callable[[Subscription], bool]) -> list[Delivery]:
+        """Remove and return the shared-group deliveries another member may take now: the
+        queued ones and the QoS 1 ones in flight whose subscription is ``movable`` (its
+        group has another member). A QoS 2 one with a packet id stays (core.shared_handoff)."""
+        taken = [
+            d
+            for d in self.inflight.values()
+            if d.share is not None and d.qos == 1 and movable(d.share)
+        ]
         for delivery in taken:
             del self.inflight[delivery.packet_id]
         if any(d.share is not None for d in self.queue):
             kept: deque[Delivery] = deque()
             for delivery in self.queue:
-                if delivery.share is not None:
+                if delivery.share is not None and movable(delivery.share):
                     taken.append(delivery)
                     self.unqueued(delivery)
                 else:
@@ -417,3 +427,13 @@ class Session:
         self.clear_queue()
         self.inflight.clear()
         self.owed = None
+
+
+def _bound_to_member(delivery: Delivery) -> None:
+    """A QoS 2 shared-group message from another node now has a packet id with its member:
+    it is that session's (MQTT-4.8.2-4/-5), so its sender is told at once and never
+    re-dispatches it (core.shared_handoff)."""
+    on_done = delivery.on_done
+    delivery.on_done = None
+    if on_done is not None:
+        on_done()
