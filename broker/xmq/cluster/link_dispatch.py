@@ -15,6 +15,7 @@ from xmq.cluster import link_frames as frames
 from xmq.cluster.direct_hold import POLL_S
 from xmq.cluster.link_frames import BodyReader, Kind
 from xmq.cluster.route_table import DurableSub
+from xmq.codec.reason_codes import ReasonCode
 from xmq.codec.writer import encode_varint
 from xmq.contract.message_record import decode_fields
 from xmq.core.message import Message, forward_id_of
@@ -70,19 +71,23 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         message = decode_message(hub, body)[0]
         if message.retain and (on_retained := hub.on_retained) is not None:
             on_retained(message.topic)
+        stats = hub.broker.stats
+        quota_drops = stats.quota_drops
         store = hub.store
         if store is None:
-            hub.broker.publish_from_peer(message)
+            count = hub.broker.publish_from_peer(message)
         else:
             # the records of local persistent sessions take the message's id (and a marker)
             store.forward_id = forward_id_of(message)
             try:
-                hub.broker.publish_from_peer(message)
+                count = hub.broker.publish_from_peer(message)
             finally:
                 store.forward_id = ""
         _count_in(hub, link)
         if len(table.moved):
-            hub.orphans.to_orphans(table.moved, message)
+            count += hub.orphans.to_orphans(table.moved, message)
+        if not count and stats.quota_drops != quota_drops:
+            link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
         return
     reader = BodyReader(body)
     if kind == Kind.ROUTE:
@@ -104,13 +109,17 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
     elif kind == Kind.SHARED:
         sequence, group, topic_filter = reader.u32(), reader.text(), reader.text()
         message = decode_message(hub, reader.rest())[0]
-        hub.broker.publish_shared_from_peer(
+        stats = hub.broker.stats
+        quota_drops = stats.quota_drops
+        delivered = hub.broker.publish_shared_from_peer(
             group, topic_filter, message, lambda: link.confirm_shared(sequence)
         )
         if link.shared_counted:  # PUBLISH_ACK: the member's record is written (or handed on)
             _count_in(hub, link)
+            if not delivered and stats.quota_drops != quota_drops:
+                link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
     elif kind == Kind.PUBLISH_ACK:
-        link.confirmed(reader.u64())
+        link.confirmed(*frames.read_publish_ack(reader))
     elif kind == Kind.SHARED_ACK:
         out = link.shared_out
         for _ in range(reader.u32()):
@@ -167,7 +176,13 @@ def confirm(hub: ClusterHub, link: PeerLink) -> None:
 
 def _ack(hub: ClusterHub, link: PeerLink, count: int) -> None:
     link.ack_pending = False
-    link.send(frames.publish_ack(count))
+    undelivered = link.undelivered
+    if undelivered:
+        covered = [entry for entry in undelivered if entry[0] <= count]
+        link.undelivered = [entry for entry in undelivered if entry[0] > count]
+        link.send(frames.publish_ack(count, covered))
+    else:
+        link.send(frames.publish_ack(count))
     if link.published_in != count and not link.ack_pending:
         link.ack_pending = True
         link.ack_due = True

@@ -34,7 +34,7 @@ class Kind(enum.IntEnum):
     TAKEOVER = 9  # u32 request, client id, u64 expected epoch
     TAKEOVER_DONE = 10  # u32 request, u8 ok
     SHARED_ACK = 11  # u32 count, u32 sequence each: those SHARED frames were acknowledged
-    PUBLISH_ACK = 12  # u64 count: PUBLISH frames received so far and in the receiver's records
+    PUBLISH_ACK = 12  # u64 count [, (u64 frame, u8 reason) ...]: see publish_ack
     RESUME = 13  # u64 count: counted frames of the peer's run handled here (FEATURE_RESUME)
     PING = 14  # empty: the sender is alive (FEATURE_HEARTBEAT, once a second)
 
@@ -116,8 +116,27 @@ def shared(sequence: int, group: str, topic_filter: str, record: bytes) -> bytes
     return frame(Kind.SHARED, _U32.pack(sequence), _str(group), _str(topic_filter), record)
 
 
-def publish_ack(count: int) -> bytes:
-    return frame(Kind.PUBLISH_ACK, _U64.pack(count))
+def publish_ack(count: int, undelivered: list[tuple[int, int]] | None = None) -> bytes:
+    """The first ``count`` counted frames are in the receiver's records; ``undelivered``:
+    (frame number, MQTT reason code) of those among them delivered nowhere there, every
+    delivery dropped for a quota (0x97), so the sender's held ack can say so. Older nodes
+    read the count only."""
+    if not undelivered:
+        return frame(Kind.PUBLISH_ACK, _U64.pack(count))
+    reasons = b"".join(_U64.pack(number) + bytes((reason,)) for number, reason in undelivered)
+    return frame(Kind.PUBLISH_ACK, _U64.pack(count), reasons)
+
+
+def read_publish_ack(reader: BodyReader) -> tuple[int, dict[int, int] | None]:
+    """The count and the reasons by frame number (None when there are none) of a PUBLISH_ACK."""
+    count = reader.u64()
+    if reader.pos >= len(reader.buf):
+        return count, None
+    reasons: dict[int, int] = {}
+    while reader.pos < len(reader.buf):
+        number = reader.u64()
+        reasons[number] = reader.u8()
+    return count, reasons
 
 
 def shared_ack(sequences: list[int]) -> bytes:

@@ -58,6 +58,7 @@ class PeerLink(asyncio.Protocol):
         "shared_seq",
         "transport",
         "unconfirmed",
+        "undelivered",
     )
 
     def __init__(self, hub: ClusterHub) -> None:
@@ -82,6 +83,9 @@ class PeerLink(asyncio.Protocol):
         self.published_out = 0
         self.unconfirmed: deque[Unconfirmed] = deque()
         self.published_in = 0
+        # (frame number, reason) of received frames delivered nowhere for a quota: told to
+        # the sender with the PUBLISH_ACK that covers them (its held acks then say 0x97)
+        self.undelivered: list[tuple[int, int]] = []
         self.ack_pending = False  # a PUBLISH_ACK is owed: its confirmation is due or running
         self.ack_due = False  # ... and has not started yet
         self._reading = False
@@ -207,14 +211,19 @@ class PeerLink(asyncio.Protocol):
             if dropped is not None:
                 dropped.release()
 
-    def confirmed(self, count: int) -> None:
+    def confirmed(self, count: int, reasons: dict[int, int] | None = None) -> None:
         """The peer has the first ``count`` PUBLISH, DIRECT (and SHARED, when counted) frames
-        in its records: their held acks are released (one batch per PUBLISH_ACK)."""
+        in its records: their held acks are released (one batch per PUBLISH_ACK). ``reasons``:
+        the frames among them it delivered nowhere (every delivery dropped for a quota), by
+        frame number: their held acks are told (``undelivered``)."""
         unconfirmed = self.unconfirmed
         while unconfirmed and unconfirmed[0][0] <= count:
-            hold = unconfirmed.popleft()[2]
+            number, _, hold, _ = unconfirmed.popleft()
             if hold is not None:
-                hold.release()
+                if reasons and (reason := reasons.get(number)):
+                    hold.undelivered(reason)
+                else:
+                    hold.release()
 
     def resend_from(self, handled: int, frame_of: Callable[[Unconfirmed], bytes | None]) -> int:
         """The peer's RESUME: it has handled the first ``handled`` counted frames of this

@@ -454,8 +454,13 @@ class Broker(AuthEvents):
         delivery = Delivery(message, qos, False, ids, sub)
         delivery.on_done = on_done
         if session.store is not None:
-            return session.store.record(session, delivery, now)
-        return session.deliver_recorded(delivery, now)
+            if session.room_to_record(message):
+                return session.store.record(session, delivery, now)
+        elif session.deliver_recorded(delivery, now):
+            return True
+        if on_done is not None:  # dropped (counted): nothing is left to wait for
+            on_done()
+        return False
 
     @staticmethod
     def _offline_members(group: SharedGroup[Session, Subscription]) -> set[Session]:

@@ -129,6 +129,11 @@ class DurableHold(Protocol):
         """A record it waited for could not be written (given up after retries): the
         acknowledgement must not report success."""
 
+    def undelivered(self, reason: int) -> None:
+        """Like ``release``, for a delivery the routing counted (a frame to another node)
+        that was delivered nowhere there, for ``reason`` (0x97: dropped for a quota): when
+        no delivery is left, the acknowledgement carries that reason."""
+
 
 class DurableStore(Protocol):
     """Durable records of persistent sessions (group-committed once per loop tick)."""

@@ -9,7 +9,10 @@ PUBLISH frame to a node with persistent sessions until that node's PUBLISH_ACK, 
 member until that node's PUBLISH_ACK (or, when it dies first, until the member the message is
 re-dispatched to has it), a retained message's Redis record. The routing itself holds it too,
 so the ack goes out when the last of them is released — at once when nothing durable was
-involved.
+involved. Its reason code is settled then (``outcome``): the routing counts its deliveries, a
+node whose PUBLISH_ACK says it delivered a frame nowhere (every delivery dropped for a quota)
+takes one back (``undelivered``), so a message dropped everywhere for a quota gets 0x97, as
+on one node, and a QoS 2 one's packet id is forgotten with its PUBREC 0x97.
 
 A persistent session's PUBCOMP (inbound QoS 2) is held the same way (``complete``) until Redis
 has answered the ``SREM session:qos2in`` of its packet id: a client that has its PUBCOMP may
@@ -35,6 +38,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from xmq.codec.packets import MQTT_5
+from xmq.codec.reason_codes import ReasonCode
 
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
@@ -49,7 +53,17 @@ class HeldAck:
     """The acknowledgement of one QoS 1/2 PUBLISH (or a PUBREL), sent once ``pending`` drops
     to 0."""
 
-    __slots__ = ("client_id", "conn", "gate", "kind", "packet_id", "pending", "reason")
+    __slots__ = (
+        "client_id",
+        "conn",
+        "delivered",
+        "gate",
+        "kind",
+        "packet_id",
+        "pending",
+        "quota",
+        "reason",
+    )
 
     def __init__(
         self, gate: AckGate, conn: ClientConnection, client_id: str, kind: int, packet_id: int
@@ -59,8 +73,10 @@ class HeldAck:
         self.client_id = client_id
         self.kind = kind  # the packet type byte: PUBACK, PUBREC or PUBCOMP
         self.packet_id = packet_id
-        self.reason = 0
+        self.reason = 0  # UNSPECIFIED_ERROR once a record failed
         self.pending = 1  # the routing's own: released when routing is over
+        self.delivered = 1  # deliveries the routing counted (set when it is over)
+        self.quota = False  # a delivery was dropped for a quota (here or on another node)
 
     def hold(self) -> None:
         """One more durable record to wait for."""
@@ -77,6 +93,23 @@ class HeldAck:
         """One record could not be written: the ack goes out as an error (``release``)."""
         self.reason = UNSPECIFIED_ERROR
         self.release()
+
+    def undelivered(self, reason: int) -> None:
+        """A delivery the routing counted was delivered nowhere on the node it went to
+        (its PUBLISH_ACK says why): one fewer (``release``)."""
+        self.delivered -= 1
+        if reason == ReasonCode.QUOTA_EXCEEDED:
+            self.quota = True
+        self.release()
+
+    def outcome(self) -> int:
+        """The ack's reason code: an error, else 0x97 when every delivery was dropped for a
+        quota (as on one node), 0x10 when there was none, else success."""
+        if self.reason or self.delivered > 0:
+            return self.reason
+        if self.quota:
+            return ReasonCode.QUOTA_EXCEEDED
+        return ReasonCode.NO_MATCHING_SUBSCRIBERS
 
 
 class AckGate:
@@ -153,19 +186,27 @@ class AckGate:
         if held.reason >= UNSPECIFIED_ERROR:
             self._refuse(held)
             return
-        write_ack(conn, kind, held.packet_id, held.reason)
+        reason = held.outcome()
+        if reason >= UNSPECIFIED_ERROR and kind == _PUBREC:
+            self._forget_id(held)  # a PUBREC >= 0x80 ends the exchange: no PUBREL will come
+        write_ack(conn, kind, held.packet_id, reason)
 
     def _refuse(self, held: HeldAck) -> None:
         """A record of the message was not written: never a success."""
         self.failed += 1
         conn = held.conn
-        session = conn.session
-        if held.kind == _PUBREC and session is not None and session.client_id == held.client_id:
-            session.inbound_qos2.discard(held.packet_id)  # not received: the id is free again
+        if held.kind == _PUBREC:
+            self._forget_id(held)  # not received: the id is free again
         if held.kind == _PUBCOMP or conn.version != MQTT_5:
             conn.link.close()  # no ack: the client sends it again after reconnecting
             return
         write_ack(conn, held.kind, held.packet_id, held.reason)
+
+    @staticmethod
+    def _forget_id(held: HeldAck) -> None:
+        session = held.conn.session
+        if session is not None and session.client_id == held.client_id:
+            session.inbound_qos2.discard(held.packet_id)
 
     def waiting(self, conn: ClientConnection) -> int:
         """Acknowledgements held for one connection."""

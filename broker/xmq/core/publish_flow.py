@@ -192,14 +192,10 @@ def _route_held(
     finally:
         if store is not None:
             store.hold = None
-    if not delivered:
-        # QoS 2 here has its packet id recorded already (PUBREC 0x97 would end the exchange
-        # with the id still held): it keeps 0x10; its drops are counted all the same.
-        held.reason = (
-            _undelivered_reason(broker.stats, quota_drops)
-            if qos == 1
-            else ReasonCode.NO_MATCHING_SUBSCRIBERS
-        )
+    # the ack's reason once every record is in (``HeldAck.outcome``): other nodes' PUBLISH_ACKs
+    # may still say that the deliveries counted here for them were dropped for a quota
+    held.delivered = delivered
+    held.quota = broker.stats.quota_drops != quota_drops
     held.release()  # routing is over: the ack goes now unless records are still unwritten
 
 

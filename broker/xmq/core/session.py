@@ -207,6 +207,8 @@ class Session:
             return conn.send_publish(message, 0, retain, subscription_ids, 0, now)
         delivery = Delivery(message, qos, retain, subscription_ids, share)
         if self.store is not None:
+            if not self.room_to_record(message):
+                return False
             return self.store.record(self, delivery, now)
         inflight = self.inflight
         if (
@@ -241,12 +243,24 @@ class Session:
             return self._send_new(conn, delivery, now)
         return self._enqueue(delivery)
 
-    def _enqueue(self, delivery: Delivery) -> bool:
-        message = delivery.message
-        size = delivery_cost(message)
+    def room_to_record(self, message: Message) -> bool:
+        """Before a durable record is written for a delivery: False (the drop counted) when it
+        would have to be queued and the queue or the memory budget has no room, so that it is
+        neither recorded nor queued and the caller knows now (a held ack then says 0x97)."""
+        conn = self.connection
+        if (
+            conn is not None
+            and not self.queue
+            and len(self.inflight) < conn.send_window
+            and not conn.link.congested
+        ):
+            return True
+        return self._room_for(message)
+
+    def _room_for(self, message: Message) -> bool:
         limits = self.limits
         stats = self.stats
-        if len(self.queue) >= limits.max_messages or self.queued_bytes + size > (
+        if len(self.queue) >= limits.max_messages or self.queued_bytes + delivery_cost(message) > (
             limits.max_session_bytes
         ):
             stats.drop_for_quota("queue_full")
@@ -254,9 +268,15 @@ class Session:
         if stats.queued_bytes + would_hold(message) > limits.budget_bytes:
             stats.drop_for_quota("memory_budget")
             return False
+        return True
+
+    def _enqueue(self, delivery: Delivery) -> bool:
+        message = delivery.message
+        if not self._room_for(message):
+            return False
         self.queue_for_append().append(delivery)
-        self.queued_bytes += size
-        stats.queued_bytes += hold(message)
+        self.queued_bytes += delivery_cost(message)
+        self.stats.queued_bytes += hold(message)
         return True
 
     def queue_restored(self, delivery: Delivery) -> None:

@@ -11,7 +11,7 @@ from tests.support.append_recorder import AppendRecorder
 from xmq.cluster import link_frames as frames
 from xmq.cluster import peer_link
 from xmq.cluster.cluster_hub import ClusterHub
-from xmq.cluster.link_frames import FrameDecoder, Kind
+from xmq.cluster.link_frames import BodyReader, FrameDecoder, Kind
 from xmq.cluster.peer_link import PeerLink
 from xmq.cluster.route_table import DurableSub
 from xmq.core.broker import Broker
@@ -26,6 +26,7 @@ class Hold:
     def __init__(self) -> None:
         self.pending = 1
         self.acked = False
+        self.reasons: list[int] = []  # from ``undelivered``
 
     def hold(self) -> None:
         assert not self.acked
@@ -39,6 +40,10 @@ class Hold:
 
     def fail(self) -> None:
         raise AssertionError("no write fails here")
+
+    def undelivered(self, reason: int) -> None:
+        self.reasons.append(reason)
+        self.release()
 
     def routed(self) -> Hold:
         self.release()  # what the core does when routing is over
@@ -91,6 +96,23 @@ async def test_publish_acks_release_held_acks_in_batches() -> None:
     link.confirmed(4)
     assert holds[2].acked
     assert len(link.unconfirmed) == 0
+
+
+async def test_a_publish_ack_carries_the_reason_of_frames_delivered_nowhere() -> None:
+    hub, _ = _hub()
+    link = _linked(hub, "node-2", 5)
+    holds = [Hold() for _ in range(3)]
+    for n, hold in enumerate(holds):
+        link.send_publish(b"frame", _message(b"%d" % n), True, hold)
+        hold.routed()
+    ack = frames.publish_ack(3, [(2, 0x97)])
+    [(kind, body)] = FrameDecoder().feed(ack)
+    assert kind == Kind.PUBLISH_ACK
+    assert frames.read_publish_ack(BodyReader(body)) == (3, {2: 0x97})
+    assert frames.read_publish_ack(BodyReader(frames.publish_ack(3)[5:])) == (3, None)
+    hub.handle_frame(link, kind, body)
+    assert [hold.acked for hold in holds] == [True, True, True]
+    assert [hold.reasons for hold in holds] == [[], [0x97], []]
 
 
 async def test_frames_beyond_the_bound_are_given_up_and_their_acks_released(
