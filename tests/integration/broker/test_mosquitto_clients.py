@@ -36,6 +36,7 @@ def _first_line(proc: subprocess.Popen[str], timeout: float = 10.0) -> str:
     return proc.stdout.readline().rstrip("\n")
 
 
+@pytest.mark.spec("3:MQTT-7.0.0-2")  # another implementation, no extension needed
 @pytest.mark.parametrize("version", ["mqttv5", "mqttv311", "mqttv31"], ids=["v5", "v311", "v31"])
 @pytest.mark.parametrize("qos", ["0", "1", "2"], ids=["qos0", "qos1", "qos2"])
 def test_pub_sub_roundtrip(broker: BrokerProcess, uid: str, version: str, qos: str) -> None:

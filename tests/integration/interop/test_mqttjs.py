@@ -51,6 +51,7 @@ def _run(url: str, version: int, uid: str, ca: Path | None) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.spec("3:MQTT-7.0.0-2")  # another implementation, no extension needed
 @pytest.mark.parametrize("version", [5, 4], ids=["v5", "v311"])
 @pytest.mark.parametrize("transport", ["tcp", "ws", "wss"])
 def test_mqttjs_scenario(

@@ -98,3 +98,33 @@ def test_failed_reauthentication_closes(scram_broker: BrokerProcess, uid: str) -
         assert isinstance(packets[0], Disconnect) and packets[0].reason_code == 0x87
     finally:
         raw.close()
+
+
+@pytest.mark.spec("5:MQTT-3.15.2-2", "5:MQTT-3.15.2-3")
+def test_auth_packets_carry_no_reason_string_or_user_properties(
+    scram_broker: BrokerProcess, uid: str
+) -> None:
+    """A client that asked for problem information, with a small Maximum Packet Size: the
+    server's AUTH packets (the challenge, a re-authentication's success) fit it and carry
+    neither a Reason String nor User Properties (the properties that must be left out
+    rather than exceed it)."""
+    raw = RawClient(scram_broker.port)
+    try:
+        connect = Connect(
+            client_id=uid,
+            properties=Properties(
+                authentication_method=METHOD, maximum_packet_size=200, request_problem_information=1
+            ),
+        )
+        challenge, ack = _exchange(raw, "wonderland", connect)
+        assert isinstance(ack, Connack) and ack.reason_code == 0
+        again, success = _exchange(
+            raw, "wonderland", Auth(0x19, Properties(authentication_method=METHOD))
+        )
+        assert isinstance(success, Auth) and success.reason_code == 0
+        for auth in (challenge, again, success):
+            assert auth.properties is not None
+            assert auth.properties.reason_string is None
+            assert not auth.properties.user_properties
+    finally:
+        raw.close()
