@@ -27,7 +27,9 @@ from xmq.net.publish_throttle import ThrottledClientProtocol
 from xmq.net.tls_contexts import (
     CertificateWatcher,
     ReloadableTlsContext,
+    bind_sockets,
     certificate_common_name,
+    peer_of,
 )
 from xmq.net.websocket_transport import WebSocketProtocol
 
@@ -111,7 +113,7 @@ class ListenerSet:
         context = tls.context if tls is not None else None
         # A TLS handshake counts against the connect timeout too.
         handshake_s = (spec.connect_timeout_s or None) if context is not None else None
-        if spec.proxy_protocol == "off":
+        if spec.proxy_protocol == "off" and tls is None:
             server = await loop.create_server(
                 lambda: self._new_connection(spec, gate, None),
                 host=spec.host,
@@ -125,28 +127,49 @@ class ListenerSet:
             self._servers.append(server)
             sockets = list(server.sockets)
         else:
-            family = socket.AF_INET6 if ":" in spec.host else socket.AF_INET
-            sock = socket.create_server(
-                (spec.host, spec.port), family=family, backlog=4096, reuse_port=self.reuse_port
-            )
+            # PROXY protocol, or TLS: sockets accepted here and handed to the loop, so that a
+            # failed handshake is seen with its socket (its peer logged: HandshakeFailures)
+            if spec.proxy_protocol == "off":
+                sockets = bind_sockets(spec.host, spec.port, self.reuse_port, backlog=4096)
+            else:
+                family = socket.AF_INET6 if ":" in spec.host else socket.AF_INET
+                sockets = [
+                    socket.create_server(
+                        (spec.host, spec.port),
+                        family=family,
+                        backlog=4096,
+                        reuse_port=self.reuse_port,
+                    )
+                ]
 
             async def handoff(conn: socket.socket, peer: str | None) -> None:
-                await loop.connect_accepted_socket(
-                    lambda: self._new_connection(spec, gate, peer),
-                    conn,
-                    ssl=context,
-                    ssl_handshake_timeout=handshake_s,
-                )
+                if tls is None:
+                    await loop.connect_accepted_socket(
+                        lambda: self._new_connection(spec, gate, peer), conn
+                    )
+                    return
+                address = peer or peer_of(conn)  # before the loop owns (and may close) it
+                try:
+                    await loop.connect_accepted_socket(
+                        lambda: self._new_connection(spec, gate, peer),
+                        conn,
+                        ssl=context,
+                        ssl_handshake_timeout=handshake_s,
+                    )
+                except ssl.SSLError as error:
+                    tls.handshake_failures.failed(error, address)
+                    conn.close()
 
-            proxy_server = ProxyProtocolServer(
-                sock,
-                spec.proxy_protocol == "required",
-                handoff,
-                spec.connect_timeout_s or HEADER_TIMEOUT_S,
-            )
-            proxy_server.start()
-            self._proxy_servers.append(proxy_server)
-            sockets = [sock]
+            for sock in sockets:
+                proxy_server = ProxyProtocolServer(
+                    sock,
+                    spec.proxy_protocol == "required",
+                    handoff,
+                    spec.connect_timeout_s or HEADER_TIMEOUT_S,
+                    read_header=spec.proxy_protocol != "off",
+                )
+                proxy_server.start()
+                self._proxy_servers.append(proxy_server)
         for sock in sockets:
             if sock.family in (socket.AF_INET, socket.AF_INET6):
                 host, port = sock.getsockname()[:2]

@@ -1,9 +1,11 @@
-"""Accepting connections that start with a PROXY protocol header.
+"""Accepting connections that start with a PROXY protocol header (and TLS connections).
 
 The listener accepts sockets itself, reads the header — exactly its bytes, nothing after
 them — then hands the socket (and the real client address) to the event loop as an ordinary
 accepted connection, with TLS when the listener has it, since the header comes before the
-TLS handshake.
+TLS handshake. A TLS listener without PROXY protocol accepts here too, without a header
+(``read_header=False``): the hand-off then sees a failed TLS handshake with the socket it
+came on, so it can name the peer (``net.listeners``, ``tls_contexts.HandshakeFailures``).
 
 Reading: wait until the socket is readable, peek, consume the peeked bytes that belong to the
 header (``proxy_header.header_part``), wait again. Nothing is left unread in the socket while
@@ -79,7 +81,8 @@ async def read_proxy_header(
 
 
 class ProxyProtocolServer:
-    """Accept loop of one listener with ``proxy_protocol`` on."""
+    """Accept loop of one listening socket of a listener with ``proxy_protocol`` on (or of a
+    TLS listener: ``read_header`` False, every socket handed off at once)."""
 
     def __init__(
         self,
@@ -87,9 +90,11 @@ class ProxyProtocolServer:
         required: bool,
         handoff: Handoff,
         timeout_s: float = HEADER_TIMEOUT_S,
+        read_header: bool = True,
     ) -> None:
         self.sock = sock
         self.required = required
+        self.read_header = read_header
         self.handoff = handoff
         self.timeout_s = timeout_s
         self._accepting: asyncio.Task[None] | None = None
@@ -116,16 +121,19 @@ class ProxyProtocolServer:
             task.add_done_callback(self._pending.discard)
 
     async def _admit(self, conn: socket.socket) -> None:
-        try:
-            peer = await read_proxy_header(conn, self.required, self.timeout_s)
-        except (ProxyHeaderError, ConnectionError, TimeoutError, OSError) as error:
-            log.info("refused connection: %s", error)
-            conn.close()
-            return
+        peer = None
+        if self.read_header:
+            try:
+                peer = await read_proxy_header(conn, self.required, self.timeout_s)
+            except (ProxyHeaderError, ConnectionError, TimeoutError, OSError) as error:
+                log.info("refused connection: %s", error)
+                conn.close()
+                return
         try:
             await self.handoff(conn, peer)
-        except (OSError, ConnectionError, TimeoutError) as error:  # e.g. TLS handshake failure
-            log.info("connection from %s failed: %s", peer or "-", error)
+        except (OSError, ConnectionError, TimeoutError) as error:  # e.g. closed mid-handshake
+            level = logging.INFO if self.read_header else logging.DEBUG
+            log.log(level, "connection from %s failed: %s", peer or "-", error)
             conn.close()
 
     def close(self) -> None:

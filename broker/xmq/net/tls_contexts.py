@@ -7,16 +7,19 @@ half-written pair is refused (and logged) without touching the live one.
 
 Failed handshakes (plain MQTT or garbage on a TLS port, a client certificate from another
 CA, a client that refuses our certificate) are counted per listener and OpenSSL reason for
-``/metrics`` and logged at most once a minute per reason, with the count of the others:
-the context's ``sslobject_class`` (what both asyncio's and uvloop's TLS transports create
-for each connection) reports every ``do_handshake`` that raises. A client that connects
-and closes without a handshake (a port check) is not a failure.
+``/metrics`` and logged at most once a minute per reason, with the count of the others and
+the peer (``ip:port``) of the one logged. A TLS listener accepts its sockets itself
+(``bind_sockets``, ``proxy_accept``) and hands each to ``loop.connect_accepted_socket``,
+which raises the handshake's ``SSLError`` where the socket is known (the loop's own TLS
+server would fail it where no code of ours sees the connection). A client that connects and
+closes without a handshake (a port check) is not a failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -118,7 +121,9 @@ class HandshakeFailures:
         self._logged_at: dict[str, float] = {}
         self._unlogged: dict[str, int] = {}
 
-    def failed(self, error: ssl.SSLError) -> None:
+    def failed(self, error: ssl.SSLError, peer: str) -> None:
+        """A handshake with ``peer`` (``ip:port``) failed: count it; log it unless a line of
+        the same reason went out less than ``LOG_INTERVAL_S`` ago."""
         reason = failure_reason(error)
         if reason not in self.by_reason and len(self.by_reason) >= MAX_REASONS:
             reason = "other"
@@ -132,28 +137,49 @@ class HandshakeFailures:
         others = self._unlogged.pop(reason, 0)
         more = f" ({others} more since the last line)" if others else ""
         log.warning(
-            "listener %s: TLS handshake failed: %s%s; %d in all",
+            "listener %s: TLS handshake with %s failed: %s%s; %d in all",
             self.listener,
+            peer,
             error,
             more,
             self.by_reason[reason],
         )
 
 
-def _observed_sslobject_class(failures: HandshakeFailures) -> type[ssl.SSLObject]:
-    """An ``SSLObject`` class reporting failed handshakes to ``failures``."""
+def peer_of(sock: socket.socket) -> str:
+    """``ip:port`` of an accepted socket's peer (``-`` once it is gone)."""
+    try:
+        address = sock.getpeername()
+    except OSError:
+        return "-"
+    return f"{address[0]}:{address[1]}"
 
-    class ObservedSSLObject(ssl.SSLObject):
-        def do_handshake(self) -> None:
-            try:
-                super().do_handshake()
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                raise  # in progress
-            except ssl.SSLError as error:
-                failures.failed(error)
-                raise
 
-    return ObservedSSLObject
+def bind_sockets(host: str, port: int, reuse_port: bool, backlog: int) -> list[socket.socket]:
+    """Listening sockets on every address of ``host`` (as ``loop.create_server`` binds them),
+    for a TLS listener that accepts its connections itself (``proxy_accept``)."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    seen: set[tuple[int, str]] = set()
+    try:
+        for family, kind, proto, _name, address in infos:
+            if (family, str(address[0])) in seen:
+                continue
+            seen.add((family, str(address[0])))
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 class ReloadableTlsContext:
@@ -164,7 +190,6 @@ class ReloadableTlsContext:
         self.config = config
         self.context = _new_context(config)
         self.handshake_failures = HandshakeFailures(listener)
-        self.context.sslobject_class = _observed_sslobject_class(self.handshake_failures)
         self.reloads = 0
         self._stamp = self._file_stamp()
 

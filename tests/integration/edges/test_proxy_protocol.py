@@ -134,3 +134,17 @@ def test_tls_behind_the_header(proxied: tuple[BrokerProcess, Path], uid: str) ->
         ack = _connack(tls)
         assert ack is not None and ack.reason_code == 0x86
     _wait_log(broker, f"refused 203.0.113.80:4444 ({uid}-tls)")
+
+
+def test_a_failed_handshake_behind_the_header_names_the_real_client(
+    proxied: tuple[BrokerProcess, Path], uid: str
+) -> None:
+    """The TLS handshake failure's log line names the client address from the PROXY header
+    (the listener accepts, reads the header, then starts TLS)."""
+    broker, _ca = proxied
+    port = wait_port(broker, "tls")
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(encode_v2(("203.0.113.81", 4445), ("127.0.0.1", port)))
+        sock.sendall(_connect_packet(f"{uid}-plain", None))  # plain MQTT where TLS is due
+        assert _connack(sock) is None
+    _wait_log(broker, "listener tls: TLS handshake with 203.0.113.81:4445 failed")

@@ -23,15 +23,18 @@ StartBroker = Callable[..., BrokerProcess]
 FAILURES = "xmq_tls_handshake_failures_total"
 
 
-def _send_and_wait_close(port: int, data: bytes) -> None:
-    """Send ``data`` to the TLS port and wait until the broker closes the connection."""
+def _send_and_wait_close(port: int, data: bytes) -> str:
+    """Send ``data`` to the TLS port and wait until the broker closes the connection; return
+    our end's ``ip:port`` (the peer the broker sees)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        host, local_port = sock.getsockname()[:2]
         sock.sendall(data)
         try:
             while sock.recv(4096):
                 pass
         except ConnectionResetError:
             pass
+    return f"{host}:{local_port}"
 
 
 def _handshake(port: int, context: ssl.SSLContext) -> None:
@@ -81,7 +84,8 @@ def test_handshake_failures_are_counted_and_logged_once_a_minute(
     http_port = wait_port(broker, "metrics")
 
     connect = encode(Connect(protocol_version=MQTT_5, client_id=f"{uid}-plain"), MQTT_5)
-    for _ in range(5):  # plain MQTT to the TLS port
+    first = _send_and_wait_close(tls_port, connect)  # plain MQTT to the TLS port, 5 times
+    for _ in range(4):
         _send_and_wait_close(tls_port, connect)
     _send_and_wait_close(tls_port, b"\x16\x03\x01\x00\x05garbage-after-a-record-header")
     wrong_ca = ssl.create_default_context(cafile=str(ca.ca_file))
@@ -102,10 +106,11 @@ def test_handshake_failures_are_counted_and_logged_once_a_minute(
     assert total == 8, garbage  # the garbage record counted under its own reason
 
     log = broker.log()
-    lines = [line for line in log.splitlines() if "TLS handshake failed" in line]
+    lines = [line for line in log.splitlines() if "TLS handshake with" in line]
     wrong_version = [line for line in lines if "WRONG_VERSION_NUMBER" in line]
     assert len(wrong_version) == 1, lines  # five failures, one line within the minute
-    assert "listener mtls" in wrong_version[0]
+    # the listener, and the peer (ip:port) of the failure logged: the first
+    assert f"listener mtls: TLS handshake with {first} failed" in wrong_version[0]
     assert any("CERTIFICATE_VERIFY_FAILED" in line for line in lines), lines
     assert "Traceback" not in log
 
