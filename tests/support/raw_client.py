@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 
@@ -11,7 +12,10 @@ from xmq.codec.packets import (
     Connect,
     Disconnect,
     Packet,
+    Pubcomp,
     Publish,
+    Pubrec,
+    Pubrel,
     Suback,
     Subscribe,
     SubscriptionRequest,
@@ -111,6 +115,21 @@ def connected(
     ack = raw.connect(client_id, properties=properties)
     assert ack.reason_code == 0, ack
     return raw
+
+
+def receive_qos2(raw: RawClient, packet_id: int) -> None:
+    """Complete an incoming QoS 2 delivery: PUBREC, the server's PUBREL, PUBCOMP."""
+    raw.send_packet(Pubrec(packet_id))
+    assert raw.read_packet() == Pubrel(packet_id)
+    raw.send_packet(Pubcomp(packet_id))
+
+
+def end_session(raw: RawClient) -> None:
+    """DISCONNECT with Session Expiry 0 (MQTT 5: the session ends; skipped if the socket is
+    gone already) and close."""
+    with contextlib.suppress(OSError):
+        raw.send_packet(Disconnect(0, Properties(session_expiry_interval=0)))
+    raw.close()
 
 
 def closing_reason(raw: RawClient) -> int | None:

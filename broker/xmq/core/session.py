@@ -234,26 +234,20 @@ class Session:
     def deliver_recorded(self, delivery: Delivery, now: float) -> bool:
         """Send or queue a QoS 1/2 delivery (after its durable record, when there is one)."""
         conn = self.connection
-        if (
-            conn is not None
-            and not self.queue
-            and len(self.inflight) < conn.send_window
-            and not conn.link.congested
-        ):
+        if conn is not None and self._goes_out_now(conn):
             return self._send_new(conn, delivery, now)
         return self._enqueue(delivery)
+
+    def _goes_out_now(self, conn: ClientConnection) -> bool:
+        """A new delivery would be written now, not queued (``deliver`` inlines this)."""
+        return not self.queue and len(self.inflight) < conn.send_window and not conn.link.congested
 
     def room_to_record(self, message: Message) -> bool:
         """Before a durable record is written for a delivery: False (the drop counted) when it
         would have to be queued and the queue or the memory budget has no room, so that it is
         neither recorded nor queued and the caller knows now (a held ack then says 0x97)."""
         conn = self.connection
-        if (
-            conn is not None
-            and not self.queue
-            and len(self.inflight) < conn.send_window
-            and not conn.link.congested
-        ):
+        if conn is not None and self._goes_out_now(conn):
             return True
         return self._room_for(message)
 

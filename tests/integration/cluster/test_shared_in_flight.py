@@ -12,9 +12,16 @@ import pytest
 
 from tests.support.cluster_nodes import ClusterNodes
 from tests.support.http_probe import metric, wait_port
-from tests.support.raw_client import RawClient, connected, next_publish, subscribed
+from tests.support.raw_client import (
+    RawClient,
+    connected,
+    end_session,
+    next_publish,
+    receive_qos2,
+    subscribed,
+)
 from tests.support.redis_server import RedisServer
-from xmq.codec.packets import Disconnect, Puback, Pubcomp, Publish, Pubrec, Pubrel
+from xmq.codec.packets import Puback, Publish
 from xmq.codec.properties import Properties
 
 pytestmark = pytest.mark.integration
@@ -66,11 +73,14 @@ def _receiver(members: dict[int, RawClient]) -> tuple[int, Publish]:
     raise AssertionError("no member got the message")
 
 
-def _end(raws: list[RawClient]) -> None:
-    for raw in raws:
-        with contextlib.suppress(OSError):
-            raw.send_packet(Disconnect(0, Properties(session_expiry_interval=0)))
-        raw.close()
+def _resumed(nodes: ClusterNodes, node: int, client_id: str) -> RawClient:
+    """``client_id``'s session (Session Expiry 300) resumed on ``node``."""
+    raw = RawClient(nodes.port(node))
+    ack = raw.connect(
+        client_id, clean_start=False, properties=Properties(session_expiry_interval=300)
+    )
+    assert ack.reason_code == 0 and ack.session_present
+    return raw
 
 
 @pytest.mark.spec("5:MQTT-4.8.2-4")
@@ -86,20 +96,15 @@ def test_qos2_in_flight_is_completed_when_its_member_resumes_on_another_node(
         members.pop(node).close()  # no PUBREC; the session stays (on its node, in Redis)
         [other] = members.values()
         assert other.read_nothing(2.0)  # neither its node nor node-1 sends it elsewhere
-        again = RawClient(nodes.port(1))  # the session resumes on node-1
+        again = _resumed(nodes, 1, f"{uid}-{node}")  # the session resumes on node-1
         opened.append(again)
-        ack = again.connect(
-            f"{uid}-{node}", clean_start=False, properties=Properties(session_expiry_interval=300)
-        )
-        assert ack.reason_code == 0 and ack.session_present
         resent = next_publish(again, timeout=15)
         assert (resent.payload, resent.dup, resent.packet_id) == (b"x", True, got.packet_id)
-        again.send_packet(Pubrec(resent.packet_id))
-        assert again.read_packet() == Pubrel(resent.packet_id)
-        again.send_packet(Pubcomp(resent.packet_id))
+        receive_qos2(again, resent.packet_id)
         assert again.read_nothing(0.5) and other.read_nothing(0.5)
     finally:
-        _end(opened)
+        for raw in opened:
+            end_session(raw)
 
 
 @pytest.mark.spec("5:MQTT-4.8.2-5")
@@ -129,7 +134,8 @@ def test_qos2_of_an_ended_session_is_not_sent_to_a_member_on_another_node(
         pub.send_packet(Publish(f"{uid}/t", b"one", qos=1, packet_id=2))
         assert next_publish(other).payload == b"one"
     finally:
-        _end(opened)
+        for raw in opened:
+            end_session(raw)
 
 
 def test_qos1_in_flight_goes_to_a_member_on_another_node(nodes: ClusterNodes, uid: str) -> None:
@@ -145,12 +151,9 @@ def test_qos1_in_flight_goes_to_a_member_on_another_node(nodes: ClusterNodes, ui
         again = next_publish(other)
         assert (again.payload, again.qos) == (b"one", 1)
         other.send_packet(Puback(again.packet_id))
-        resumed = RawClient(nodes.port(node))
+        resumed = _resumed(nodes, node, f"{uid}-{node}")
         opened.append(resumed)
-        ack = resumed.connect(
-            f"{uid}-{node}", clean_start=False, properties=Properties(session_expiry_interval=300)
-        )
-        assert ack.session_present
         assert resumed.read_nothing(1.0)  # handed on: not its member's any more
     finally:
-        _end(opened)
+        for raw in opened:
+            end_session(raw)

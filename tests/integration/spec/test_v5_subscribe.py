@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import pytest
 
 from tests.support.broker_process import BrokerProcess
 from tests.support.http_probe import metric, wait_port
-from tests.support.raw_client import RawClient, connected, next_publish, resumable, subscribed
+from tests.support.raw_client import (
+    RawClient,
+    connected,
+    end_session,
+    next_publish,
+    receive_qos2,
+    resumable,
+    subscribed,
+)
 from xmq.codec.packets import (
     Disconnect,
     Puback,
-    Pubcomp,
     Publish,
-    Pubrec,
-    Pubrel,
     Suback,
     Subscribe,
     SubscriptionRequest,
@@ -172,13 +176,6 @@ def _shared_qos2_members(
     return members[0], members[1], connected(broker.port, f"{uid}-p")
 
 
-def _end_session(raw: RawClient) -> None:
-    """Disconnect with Session Expiry 0 (if still connected) and close."""
-    with contextlib.suppress(OSError):
-        raw.send_packet(Disconnect(0, Properties(session_expiry_interval=0)))
-    raw.close()
-
-
 def _shared_drops(broker: BrokerProcess, reason: str) -> float:
     port = wait_port(broker, "metrics")
     return metric(port, "xmq_messages_dropped_by_reason_total", f'reason="{reason}"')
@@ -227,7 +224,7 @@ def test_shared_qos1_of_a_member_that_left_goes_to_another(broker: BrokerProcess
         other.send_packet(Puback(again.packet_id))
     finally:
         for raw in (one, two, pub):
-            _end_session(raw)
+            end_session(raw)
 
 
 @pytest.mark.spec("5:MQTT-3.8.3-3")
@@ -297,13 +294,11 @@ def test_shared_delivery_in_flight_is_completed_on_reconnect(
         assert ack.session_present
         again = next_publish(receiver)
         assert (again.payload, again.dup, again.packet_id) == (b"x", True, got.packet_id)
-        receiver.send_packet(Pubrec(again.packet_id))
-        assert receiver.read_packet() == Pubrel(again.packet_id)
-        receiver.send_packet(Pubcomp(again.packet_id))
+        receive_qos2(receiver, again.packet_id)
         assert receiver.read_nothing(0.3) and other.read_nothing(0.3)
     finally:
         for raw in (one, two, pub):
-            _end_session(raw)
+            end_session(raw)
 
 
 @pytest.mark.spec("5:MQTT-3.10.4-3", "3:MQTT-3.10.4-3")

@@ -80,13 +80,19 @@ def _with_persistent_session(hub: ClusterHub, node: str, client_id: str, topic: 
     hub.table.durable_sub(node, client_id, DurableSub(topic, topic, 1, 0), True)
 
 
-async def test_publish_acks_release_held_acks_in_batches() -> None:
-    hub, _ = _hub()
-    link = _linked(hub, "node-2", 5)
-    holds = [Hold() for _ in range(3)]
+def _held_publishes(link: PeerLink, count: int) -> list[Hold]:
+    """``count`` PUBLISH frames kept with a routed hold each."""
+    holds = [Hold() for _ in range(count)]
     for n, hold in enumerate(holds):
         link.send_publish(b"frame", _message(b"%d" % n), True, hold)
         hold.routed()
+    return holds
+
+
+async def test_publish_acks_release_held_acks_in_batches() -> None:
+    hub, _ = _hub()
+    link = _linked(hub, "node-2", 5)
+    holds = _held_publishes(link, 3)
     untracked = Hold()
     link.send_publish(b"frame", _message(b"x"), False, untracked)  # a node without sessions
     assert untracked.routed().acked
@@ -101,10 +107,7 @@ async def test_publish_acks_release_held_acks_in_batches() -> None:
 async def test_a_publish_ack_carries_the_reason_of_frames_delivered_nowhere() -> None:
     hub, _ = _hub()
     link = _linked(hub, "node-2", 5)
-    holds = [Hold() for _ in range(3)]
-    for n, hold in enumerate(holds):
-        link.send_publish(b"frame", _message(b"%d" % n), True, hold)
-        hold.routed()
+    holds = _held_publishes(link, 3)
     ack = frames.publish_ack(3, [(2, 0x97)])
     [(kind, body)] = FrameDecoder().feed(ack)
     assert kind == Kind.PUBLISH_ACK
