@@ -12,7 +12,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
-from xmq.core.memory_cost import delivery_cost, hold, release, would_hold
+from xmq.core.memory_cost import (
+    DELIVERY_COST,
+    MESSAGE_COST,
+    delivery_cost,
+    hold,
+    release,
+    would_hold,
+)
 from xmq.core.message import Message
 from xmq.core.owed_writes import NOT_OWED, PUBREL_HEAD, READY, WAITING, owe, write_due
 from xmq.protocol.packet_ids import PacketIdAllocator
@@ -252,14 +259,21 @@ class Session:
         return self._room_for(message)
 
     def _room_for(self, message: Message) -> bool:
+        """Room in this session's queue and in the node's budget (else the drop is counted)."""
         limits = self.limits
         stats = self.stats
-        if len(self.queue) >= limits.max_messages or self.queued_bytes + delivery_cost(message) > (
-            limits.max_session_bytes
+        size = message.size
+        if (
+            len(self.queue) >= limits.max_messages
+            or self.queued_bytes + DELIVERY_COST + size > limits.max_session_bytes
         ):
             stats.drop_for_quota("queue_full")
             return False
-        if stats.queued_bytes + would_hold(message) > limits.budget_bytes:
+        # the exact budget cost only near the budget (``would_hold`` is the slower one): a
+        # message already queued elsewhere costs less than this upper bound
+        if stats.queued_bytes + DELIVERY_COST + MESSAGE_COST + 2 * size > limits.budget_bytes and (
+            stats.queued_bytes + would_hold(message) > limits.budget_bytes
+        ):
             stats.drop_for_quota("memory_budget")
             return False
         return True
