@@ -215,3 +215,36 @@ async def test_nothing_durable_acks_at_once_and_standalone_never_holds() -> None
     conn, alone_link = await connect_client(alone, "pub")
     conn.handle(Publish("nobody", b"m", qos=1, packet_id=3))
     assert len(alone_link.packets()) == 1
+
+
+class _Publisher:
+    """The publishing session as the gate sees it: a client id and its inbound QoS 2 ids."""
+
+    def __init__(self, client_id: str, ids: set[int]) -> None:
+        self.client_id = client_id
+        self.inbound_qos2 = ids
+
+
+def test_a_message_dropped_everywhere_for_a_quota_is_quota_exceeded() -> None:
+    """Routing counted two deliveries: one dropped for a quota here, the other (a frame to
+    another node) reported dropped there: PUBREC 0x97, and the exchange ends (its id is
+    forgotten); with one delivered somewhere it is a success."""
+    gate = AckGate(10)
+    fake = FakeConn()
+    ids = {5, 6}
+    fake.session = _Publisher("pub", ids)  # type: ignore[attr-defined]
+    held = gate.begin(_conn(fake), "pub", 2, 5)
+    held.hold()  # the frame to the other node
+    held.delivered, held.quota = 1, True  # what the routing counted
+    held.release()  # routing is over
+    assert fake.link.out == b""
+    held.undelivered(0x97)  # that node's PUBLISH_ACK
+    assert bytes(fake.link.out) == b"\x50\x03\x00\x05\x97"
+    assert ids == {6}
+    other = gate.begin(_conn(fake), "pub", 2, 6)
+    other.hold()
+    other.delivered, other.quota = 2, True  # dropped here, kept on the other node
+    other.release()
+    other.release()
+    assert fake.link.packets()[-1] == Pubrec(6)
+    assert ids == {6}
