@@ -7,14 +7,18 @@ from __future__ import annotations
 import asyncio
 
 from tests.support.append_recorder import AppendRecorder
+from tests.support.sink_link import connect_client
 from tests.unit.cluster.test_held_forwarding import Hold, Transport
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
-from xmq.cluster.link_frames import FrameDecoder, Kind
+from xmq.cluster.link_frames import BodyReader, FrameDecoder, Kind
 from xmq.cluster.peer_link import PeerLink
+from xmq.codec.packets import Connect, Subscribe, SubscriptionRequest
+from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.message import Message
+from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
 
 GROUP = "g"
@@ -160,3 +164,33 @@ async def test_a_peer_that_does_not_count_shared_frames_holds_nothing_and_is_not
     record = hub.encode(_message(b"2"), 1, False)
     hub.handle_frame(link, Kind.SHARED, frames.shared(7, GROUP, FILTER, record)[5:])
     assert link.published_in == 0
+
+
+async def test_a_shared_frame_dropped_for_a_quota_is_named_in_the_publish_ack() -> None:
+    """The member's queue has no room: the PUBLISH_ACK names the frame with 0x97 (the
+    sender's held ack then says so) and the SHARED_ACK tells the sender not to re-dispatch."""
+    limits = QueueLimits(
+        max_messages=0, max_session_bytes=10_000, budget_bytes=100_000, max_inflight=10
+    )
+    broker = Broker(CoreSettings(queues=limits))
+    hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), AppendRecorder())  # type: ignore[arg-type]
+    props = Properties(session_expiry_interval=60)
+    member, _ = await connect_client(
+        broker, "member", Connect(client_id="member", properties=props)
+    )
+    member.handle(Subscribe(1, [SubscriptionRequest(f"$share/{GROUP}/{FILTER}", 1)]))
+    member.connection_lost()  # offline and persistent: its queue would take it, but is full
+    link = _linked(hub, "node-2", 5)
+    transport = Transport()
+    link.transport = transport  # type: ignore[assignment]
+    record = hub.encode(_message(b"1"), 1, False)
+    hub.handle_frame(link, Kind.SHARED, frames.shared(7, GROUP, FILTER, record)[5:])
+    for _ in range(5):
+        await asyncio.sleep(0)
+    sent = FrameDecoder().feed(b"".join(transport.written))
+    acks = [
+        frames.read_publish_ack(BodyReader(body)) for kind, body in sent if kind == Kind.PUBLISH_ACK
+    ]
+    assert acks == [(1, {1: 0x97})]
+    assert [body for kind, body in sent if kind == Kind.SHARED_ACK] == [frames.shared_ack([7])[5:]]
+    assert broker.stats.dropped_by_reason == {"queue_full": 1}
