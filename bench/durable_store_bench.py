@@ -62,6 +62,9 @@ class RecordWait:
         if not self.future.done():
             self.future.set_exception(RuntimeError("a record was not written"))
 
+    def undelivered(self, reason: int) -> None:
+        self.release()  # no node link here: never called
+
 
 async def _publisher(store: RedisSessionStore, session: Session, stop_at: float) -> int:
     loop = asyncio.get_running_loop()
