@@ -28,7 +28,7 @@ from xmq.cluster.link_tls import LinkTls, TlsLinkServer, log_refused
 from xmq.cluster.link_wait import LinkWait
 from xmq.cluster.orphan_appends import OrphanAppends
 from xmq.cluster.peer_link import PeerLink
-from xmq.cluster.route_table import RouteTable
+from xmq.cluster.route_table import AnnouncedRoutes, RouteTable
 from xmq.cluster.takeover import Takeovers, sub_flags
 from xmq.codec.reason_codes import ReasonCode
 from xmq.contract.message_record import encode_record
@@ -153,6 +153,7 @@ class ClusterHub:
         link.shared_counted = bool(bits & frames.FEATURE_SHARED_COUNTED)
         link.resumable = bool(bits & frames.FEATURE_RESUME)
         link.heartbeat = bool(bits & frames.FEATURE_HEARTBEAT)
+        link.snapshot_end = bool(bits & frames.FEATURE_SNAPSHOT_END)
         existing = self.links.get(node)
         resumed = False
         if existing is not None and existing is not link:
@@ -181,9 +182,13 @@ class ClusterHub:
         if resumed:
             self.recovery.resumed += 1
             log.warning("link to %s (epoch %d) re-established: resuming", node, epoch)
+            if link.snapshot_end:  # its snapshot replaces the routes kept from the old link
+                link.announced = AnnouncedRoutes()
         else:
             log.info("link up: %s (epoch %d)", node, epoch)
         self._send_snapshot(link)
+        if link.snapshot_end:
+            link.send(frames.SNAPSHOT_END_FRAME)
         for client_id, message, qos, hold in self.link_wait.take((node, epoch)):
             data = frames.direct(client_id, self.encode(message, qos, False))
             link.send_direct(data, client_id, message, qos, hold)
