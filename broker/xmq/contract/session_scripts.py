@@ -12,6 +12,9 @@
   is refused (``FENCED``) before anything changes.
 * :data:`RELEASE_SESSION` — a session ended: delete its owner record (only when still ours) and
   its stored state; fenced the same way (a run without its lease changes nothing: ``2``).
+* :data:`FENCED_RECORD`, :data:`FENCED_INBOUND_ID` — a record of a session this node owns
+  (``RPUSH``, and its ``session:seen`` marker) and an inbound QoS 2 packet id (``SADD``),
+  written only while the writing run holds its lease; else the error reply ``FENCED``.
 * :data:`APPEND_IF_OWNER` — a publishing node appends a message to the Redis queue of a session
   whose owner it believes dead, only while the owner record still names that owner *and* that
   owner's run has no lease; otherwise the reply names the current owner (the message then goes
@@ -203,6 +206,51 @@ if owner['node_id'] == ARGV[1] and tonumber(owner['epoch']) == tonumber(ARGV[2])
 end
 return {1, tostring(owner['node_id']), tonumber(owner['epoch']) or 0}
 """
+
+_WRITER_FENCE = """\
+local lease = redis.call('GET', KEYS[1])
+local ok, l = false, nil
+if lease then
+  ok, l = pcall(cjson.decode, lease)
+end
+if not ok or type(l) ~= 'table' or tonumber(l['epoch']) ~= tonumber(ARGV[1]) then
+  return redis.error_reply('FENCED the writing run holds no lease (its epoch is not current)')
+end
+"""
+
+FENCED_RECORD = (
+    """\
+-- KEYS: 1 the writer's lease, 2 session queue, 3 (forwarded records only) its seen marker
+-- ARGV: 1 writer epoch, 2 record, 3 marker TTL in ms, 4 '1': push only when not there (sent
+--       again after a lost connection: it may have been applied)
+"""
+    + _WRITER_FENCE
+    + """\
+if ARGV[4] ~= '1' or not redis.call('LPOS', KEYS[2], ARGV[2]) then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+end
+if KEYS[3] then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+end
+return 1
+"""
+)
+"""A persistent session's record, written only while the writing run holds its lease: a node
+whose lease expired (Redis paused or unreachable past the TTL) must not make a message durable
+for a session its clients have left meanwhile — they resend what was not acknowledged."""
+
+FENCED_INBOUND_ID = (
+    """\
+-- KEYS: 1 the writer's lease, 2 session:qos2in; ARGV: 1 writer epoch, 2 packet id
+"""
+    + _WRITER_FENCE
+    + """\
+return redis.call('SADD', KEYS[2], ARGV[2])
+"""
+)
+"""An inbound QoS 2 packet id (its PUBREC waits for it), added only while the writing run holds
+its lease. A stale run's id would make the publisher's re-sent PUBLISH look handled on its next
+node (PUBREC without routing) although the message's records were fenced: lost."""
 
 FORWARDED_SEEN_TTL_MS = 60_000
 """Lifetime of a ``session:seen`` marker: longer than a forwarded message can take to be
@@ -401,3 +449,31 @@ def append_if_owner(
     if forward_id:
         session_keys += (keys.session_seen(client_id, forward_id),)
     return APPEND_IF_OWNER, session_keys, args
+
+
+def fenced_record(
+    keys: ClusterKeys,
+    client_id: str,
+    writer: tuple[str, int],
+    record: bytes,
+    forward_id: str = "",
+    seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
+    once: bool = False,
+) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
+    """Script, keys and arguments of :data:`FENCED_RECORD` (``once``: push-if-absent)."""
+    record_keys: tuple[str, ...] = (keys.lease(writer[0]), keys.session_queue(client_id))
+    if forward_id:
+        record_keys += (keys.session_seen(client_id, forward_id),)
+    args = (str(writer[1]), record, str(seen_ttl_ms), "1" if once else "0")
+    return FENCED_RECORD, record_keys, args
+
+
+def fenced_inbound_id(
+    keys: ClusterKeys, client_id: str, writer: tuple[str, int], packet_id: int
+) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
+    """Script, keys and arguments of :data:`FENCED_INBOUND_ID`."""
+    return (
+        FENCED_INBOUND_ID,
+        (keys.lease(writer[0]), keys.session_qos2_inbound(client_id)),
+        (str(writer[1]), str(packet_id)),
+    )
