@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.dead_peers import DeadPeers
 from xmq.cluster.link_tls import link_tls_contexts
 from xmq.cluster.membership import Membership
 from xmq.cluster.orphan_loader import PendingOrphans, load_orphans
@@ -140,6 +141,7 @@ class ClusterRuntime:
         self.hub.on_retained = self.retained.touched
         self._reload_task: asyncio.Task[None] | None = None
         self.membership: Membership | None = None
+        self.dead_peers: DeadPeers | None = None  # peers killed without the operator's release
         self.pending_orphans: dict[tuple[str, int], PendingOrphans] = {}
         self._peers_task: asyncio.Task[None] | None = None
         # linked node -> (its link, membership.refreshes when that link's lease was first missing)
@@ -175,6 +177,10 @@ class ClusterRuntime:
             return lease is not None and lease.epoch == epoch
 
         self.hub.peer_alive = peer_alive
+        self.dead_peers = DeadPeers(
+            self.lease_client, self.keys, cluster.lease_ttl_s, self.hub.refused
+        )
+        self.hub.peer_refused = self.dead_peers.watch
         deadline = asyncio.get_running_loop().time() + 30
         cluster_uid = os.environ.get(CLUSTER_UID_ENV)
         while True:
@@ -336,6 +342,8 @@ class ClusterRuntime:
         except TimeoutError:
             log.warning("durable records still unwritten at shutdown")
         await self.hub.stop()
+        if self.dead_peers is not None:
+            self.dead_peers.stop()
         if self.membership is not None:
             await self.membership.leave()
         batcher = self.batcher

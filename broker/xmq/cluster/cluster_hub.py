@@ -78,6 +78,9 @@ class ClusterHub:
         # A link to a live run that drops is dialled again and resumed, not orphaned.
         self.peer_alive: Callable[[str, int], bool] = lambda node, epoch: False
         self.addresses: dict[str, str] = {}  # node id -> link address (from the leases)
+        # A live run's link given up because its port refused connections (node, epoch,
+        # address): the app watches whether it is dead (``cluster.dead_peers``).
+        self.peer_refused: Callable[[str, int, str], None] = lambda node, epoch, address: None
         # Dropped links to live runs: dialled again and resumed; heartbeats.
         self.recovery = LinkRecovery(self)
 
@@ -137,6 +140,19 @@ class ClusterHub:
             return False
         writer.close()
         return True
+
+    async def refused(self, address: str) -> bool:
+        """Whether a node link port refuses connections (nothing listens; not a timeout)."""
+        host, _, port = address.rpartition(":")
+        try:
+            async with asyncio.timeout(1.0):
+                _, writer = await asyncio.open_connection(host, int(port))
+        except ConnectionRefusedError:
+            return True
+        except (OSError, TimeoutError, ValueError):
+            return False
+        writer.close()
+        return False
 
     def spawn(self, coro: Coroutine[None, None, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)

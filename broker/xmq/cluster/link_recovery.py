@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xmq.cluster")
 
+REFUSED = "its link port refuses connections"
+
 HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEAT_TIMEOUT_S = 5.0
 """A link (both ends with FEATURE_HEARTBEAT) on which nothing arrived for this long is closed."""
@@ -93,7 +95,7 @@ class LinkRecovery:
             elif loop.time() > deadline:
                 why = f"not re-linked within {self.hub.identity.lease_ttl_s + 2.0:.1f}s"
             elif not address or not await self.hub.reachable(address):
-                why = "its link port refuses connections"
+                why = REFUSED
             elif self.hub.identity.node_id < node and node not in self.hub.dialing:
                 self.hub.dialing.add(node)
                 await self.hub.dial(node, address)  # connected (or not); its HELLO follows
@@ -104,6 +106,8 @@ class LinkRecovery:
             self.given_up += 1
             log.warning("link to %s (epoch %d) given up: %s", node, epoch, why)
             self.hub.drop_link(link, orphan=True)
+            if why == REFUSED:  # killed? its lease may be released before its TTL
+                self.hub.peer_refused(node, epoch, self.hub.addresses.get(node, ""))
 
     def settle(self, link: PeerLink) -> None:
         """A link that dropped (or was replaced) while its node lives: its shared-group
