@@ -16,10 +16,14 @@ An inbound QoS 2 id's ``SADD`` (``SREM``) holds the publisher's PUBREC (PUBCOMP)
 N > 0: up to N deliveries go out before their records are written; beyond that the publishing
 client's socket is paused until the backlog halves (acknowledgements are not held).
 
+Records and inbound ids are fenced (``FENCED_RECORD``, ``FENCED_INBOUND_ID``): Redis applies
+them only while this run holds its lease, so writes still pending when the lease was lost (Redis
+paused past the TTL) are refused (``FENCED``: the hold fails) instead of applied on resume.
+
 A message that came over a node link carries a cluster-wide id (``forward_id``, assigned by
 the node that first forwarded it). Its non-shared records take that id as their record id and
-each writes ``session:seen:<id>:<client id>`` (``SET ... PX``, in the same pipeline, right
-after the ``RPUSH``): a sender that replays the message after this node died
+each writes ``session:seen:<id>:<client id>`` (``SET ... PX``, in the same ``FENCED_RECORD``
+call, right after the ``RPUSH``): a sender that replays the message after this node died
 (``APPEND_IF_OWNER``) finds the marker and does not queue it twice.
 """
 
