@@ -9,83 +9,28 @@ connection that the dialling node cannot re-establish yet. ``restore`` carries n
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
+from tests.support.tcp_proxy import TcpProxy
 
 
-class LinkCut:
+class LinkCut(TcpProxy):
     """Listens on ``(host, port)`` and forwards to ``target``."""
 
     def __init__(self, host: str, port: int, target: tuple[str, int]) -> None:
-        self.target = target
-        self.listener = socket.create_server((host, port))
         self.down = False
         self.refused = 0  # connections closed while the link was cut
-        self._lock = threading.Lock()
-        self._pairs: list[tuple[socket.socket, socket.socket]] = []
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__(target, host, port)
+
+    def admit(self) -> bool:
+        if self.down:
+            self.refused += 1
+        return not self.down
 
     def cut(self) -> None:
         """Close every connection through the proxy; close new ones until ``restore``."""
         with self._lock:
             self.down = True
-            pairs, self._pairs = self._pairs, []
-        for pair in pairs:
-            for sock in pair:
-                _shut(sock)
+        self.drop_connections()
 
     def restore(self) -> None:
         with self._lock:
             self.down = False
-
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            pairs, self._pairs = self._pairs, []
-        self.listener.close()
-        for pair in pairs:
-            for sock in pair:
-                _shut(sock)
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            with self._lock:
-                if self._closed or self.down:
-                    self.refused += 1
-                    _shut(client)
-                    if self._closed:
-                        return
-                    continue
-            try:
-                upstream = socket.create_connection(self.target, timeout=2)
-            except OSError:
-                _shut(client)
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._pairs.append((client, upstream))
-            threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=_pump, args=(upstream, client), daemon=True).start()
-
-
-def _pump(source: socket.socket, sink: socket.socket) -> None:
-    try:
-        while data := source.recv(65536):
-            sink.sendall(data)
-    except OSError:
-        pass
-    finally:
-        _shut(sink)
-        _shut(source)
-
-
-def _shut(sock: socket.socket) -> None:
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_RDWR)
-    sock.close()
