@@ -445,10 +445,19 @@ def append_if_owner(
         writer_node,
         str(writer_epoch),
     )
-    session_keys: tuple[str, ...] = (keys.session_owner(client_id), keys.session_queue(client_id))
+    return (
+        APPEND_IF_OWNER,
+        _queue_keys(keys, keys.session_owner(client_id), client_id, forward_id),
+        args,
+    )
+
+
+def _queue_keys(keys: ClusterKeys, first: str, client_id: str, forward_id: str) -> tuple[str, ...]:
+    """``first``, the session's queue, and the seen marker of a forwarded record's id."""
+    queue = keys.session_queue(client_id)
     if forward_id:
-        session_keys += (keys.session_seen(client_id, forward_id),)
-    return APPEND_IF_OWNER, session_keys, args
+        return (first, queue, keys.session_seen(client_id, forward_id))
+    return (first, queue)
 
 
 def fenced_record(
@@ -461,11 +470,8 @@ def fenced_record(
     once: bool = False,
 ) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
     """Script, keys and arguments of :data:`FENCED_RECORD` (``once``: push-if-absent)."""
-    record_keys: tuple[str, ...] = (keys.lease(writer[0]), keys.session_queue(client_id))
-    if forward_id:
-        record_keys += (keys.session_seen(client_id, forward_id),)
     args = (str(writer[1]), record, str(seen_ttl_ms), "1" if once else "0")
-    return FENCED_RECORD, record_keys, args
+    return FENCED_RECORD, _queue_keys(keys, keys.lease(writer[0]), client_id, forward_id), args
 
 
 def fenced_inbound_id(
