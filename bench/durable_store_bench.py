@@ -29,7 +29,7 @@ from collections.abc import Iterator
 import redis
 import uvloop
 
-from xmq.contract import ClusterKeys
+from xmq.contract import ClusterKeys, NodeLease
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits, Session
@@ -95,6 +95,12 @@ async def run_level(url: str, concurrency: int, seconds: float) -> str:
     await batcher.start()
     identity = NodeIdentity("bench", 1, online=True)
     store = RedisSessionStore(batcher, KEYS, identity, {}, time.monotonic)
+    client = redis.Redis.from_url(url)
+    lease = NodeLease(
+        node_id="bench", pod_name="bench", pod_uid="bench", address="127.0.0.1:1", epoch=1,
+        started_at=time.time(),
+    )  # fmt: skip
+    client.set(KEYS.lease("bench"), lease.to_json(), px=int((seconds + 60) * 1000))  # fencing
     stats = BrokerStats()
     limits = QueueLimits(1000, 1 << 20, 1 << 30, 10)
     sessions = []
@@ -102,7 +108,6 @@ async def run_level(url: str, concurrency: int, seconds: float) -> str:
         session = Session(f"durable-{n}", limits, stats, expiry_s=3600)
         session.store = store
         sessions.append(session)
-    client = redis.Redis.from_url(url)
     redis_cpu = _redis_cpu(client)
     pipelines, commands = batcher.pipelines, batcher.commands
     cpu = time.process_time()

@@ -121,6 +121,17 @@ class ClusterNodes:
             client.close()
         time.sleep(1.5)
 
+    def link_address(self, index: int) -> tuple[str, int]:
+        """The link address ``node-<index>`` advertises in its lease (what its peers dial)."""
+        client = self.redis.client()
+        try:
+            raw = client.get(ClusterKeys(self.cluster).lease(f"node-{index}"))
+        finally:
+            client.close()
+        assert raw is not None, f"node-{index} holds no lease"
+        host, _, port = NodeLease.from_json(raw).address.rpartition(":")
+        return host, int(port)
+
     def logs(self) -> dict[str, str]:
         """Each running node's log (stderr), by ``node-<index>``."""
         return {f"node-{index}": node.log() for index, node in self.nodes.items()}

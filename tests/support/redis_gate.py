@@ -13,20 +13,16 @@ import re
 import socket
 import threading
 
+from tests.support.tcp_proxy import TcpProxy, shut
 
-class RedisGate:
+
+class RedisGate(TcpProxy):
     """Listens on a free loopback port; ``url`` is what the broker is given."""
 
     def __init__(self, redis_host: str, redis_port: int) -> None:
-        self.target = (redis_host, redis_port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port: int = self.listener.getsockname()[1]
         self.pattern: re.Pattern[bytes] | None = None
         self.held = threading.Event()  # set once a connection is held
-        self._lock = threading.Lock()
-        self._sockets: list[socket.socket] = [self.listener]
-        self._closed = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        super().__init__((redis_host, redis_port))
 
     @property
     def url(self) -> str:
@@ -36,30 +32,7 @@ class RedisGate:
         """Hold each connection from its first chunk matching ``pattern`` (a regex) on."""
         self.pattern = re.compile(pattern)
 
-    def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            sockets, self._sockets = self._sockets, []
-        for sock in sockets:
-            sock.close()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            upstream = socket.create_connection(self.target)
-            with self._lock:
-                if self._closed:
-                    client.close()
-                    upstream.close()
-                    return
-                self._sockets += [client, upstream]
-            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._replies, args=(upstream, client), daemon=True).start()
-
-    def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
+    def forward(self, client: socket.socket, upstream: socket.socket) -> None:
         held = False
         tail = b""
         try:
@@ -74,14 +47,5 @@ class RedisGate:
         except OSError:
             pass
         finally:
-            upstream.close()  # the node is gone: what it held never reaches Redis
-            client.close()
-
-    def _replies(self, upstream: socket.socket, client: socket.socket) -> None:
-        try:
-            while data := upstream.recv(65536):
-                client.sendall(data)
-        except OSError:
-            pass
-        finally:
-            client.close()
+            shut(upstream)  # the node is gone: what it held never reaches Redis
+            shut(client)

@@ -34,11 +34,17 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
         return {peer: float(not link.closed) for peer, link in hub.links.items()}
 
     def link_events() -> dict[str, float]:
+        dead = cluster.dead_peers
         return {
             "resumed": hub.recovery.resumed,
             "given_up": hub.recovery.given_up,
             "heartbeat_timeout": hub.recovery.heartbeat_timeouts,
+            "stale_routes_dropped": hub.recovery.stale_routes,
+            "dead_peer_released": 0 if dead is None else dead.released,
         }
+
+    def link_messages() -> dict[str, float]:
+        return {"forwarded": hub.forwarded, "received": hub.received}
 
     def appends() -> dict[str, float]:
         orphans = hub.orphans
@@ -91,9 +97,18 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
         ),
         LabelledSource(
             "xmq_cluster_link_events",
-            "Links resumed after a drop, given up (peer treated as dead), closed by heartbeat.",
+            "Links resumed after a drop, given up (peer treated as dead), closed by heartbeat;"
+            " routes a resumed link's snapshot no longer named (removed while it was down);"
+            " leases of killed peers released by this node.",
             "event",
             link_events,
+            kind="counter",
+        ),
+        LabelledSource(
+            "xmq_cluster_link_messages",
+            "PUBLISH frames sent to peers (one per node a message is routed to) and received.",
+            "direction",
+            link_messages,
             kind="counter",
         ),
         LabelledSource(

@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.dead_peers import DeadPeers
 from xmq.cluster.link_tls import link_tls_contexts
 from xmq.cluster.membership import Membership
 from xmq.cluster.orphan_loader import PendingOrphans, load_orphans
@@ -28,6 +29,8 @@ from xmq.contract.retained_scripts import SET_RETAINED
 from xmq.contract.session_scripts import (
     APPEND_IF_OWNER,
     CLAIM_SESSION,
+    FENCED_INBOUND_ID,
+    FENCED_RECORD,
     FORWARDED_SEEN_TTL_MS,
     RELEASE_SESSION,
 )
@@ -138,6 +141,7 @@ class ClusterRuntime:
         self.hub.on_retained = self.retained.touched
         self._reload_task: asyncio.Task[None] | None = None
         self.membership: Membership | None = None
+        self.dead_peers: DeadPeers | None = None  # peers killed without the operator's release
         self.pending_orphans: dict[tuple[str, int], PendingOrphans] = {}
         self._peers_task: asyncio.Task[None] | None = None
         # linked node -> (its link, membership.refreshes when that link's lease was first missing)
@@ -173,6 +177,10 @@ class ClusterRuntime:
             return lease is not None and lease.epoch == epoch
 
         self.hub.peer_alive = peer_alive
+        self.dead_peers = DeadPeers(
+            self.lease_client, self.keys, cluster.lease_ttl_s, self.hub.refused
+        )
+        self.hub.peer_refused = self.dead_peers.watch
         deadline = asyncio.get_running_loop().time() + 30
         cluster_uid = os.environ.get(CLUSTER_UID_ENV)
         while True:
@@ -188,7 +196,8 @@ class ClusterRuntime:
                 log.warning("waiting for redis (%s): %r", self.endpoint.describe(), error)
                 await asyncio.sleep(0.5)
         await self._load_orphans()
-        for text in (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER, SET_RETAINED):
+        scripts = (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER, SET_RETAINED, FENCED_RECORD)
+        for text in (*scripts, FENCED_INBOUND_ID):
             await self.lease_client.script_load(text)  # first claims need no EVAL fallback
         broker = self.broker
         broker.identity = self.identity
@@ -333,6 +342,8 @@ class ClusterRuntime:
         except TimeoutError:
             log.warning("durable records still unwritten at shutdown")
         await self.hub.stop()
+        if self.dead_peers is not None:
+            self.dead_peers.stop()
         if self.membership is not None:
             await self.membership.leave()
         batcher = self.batcher

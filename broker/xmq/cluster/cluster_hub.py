@@ -28,7 +28,7 @@ from xmq.cluster.link_tls import LinkTls, TlsLinkServer, log_refused
 from xmq.cluster.link_wait import LinkWait
 from xmq.cluster.orphan_appends import OrphanAppends
 from xmq.cluster.peer_link import PeerLink
-from xmq.cluster.route_table import RouteTable
+from xmq.cluster.route_table import AnnouncedRoutes, RouteTable
 from xmq.cluster.takeover import Takeovers, sub_flags
 from xmq.codec.reason_codes import ReasonCode
 from xmq.contract.message_record import encode_record
@@ -78,6 +78,9 @@ class ClusterHub:
         # A link to a live run that drops is dialled again and resumed, not orphaned.
         self.peer_alive: Callable[[str, int], bool] = lambda node, epoch: False
         self.addresses: dict[str, str] = {}  # node id -> link address (from the leases)
+        # A live run's link given up because its port refused connections (node, epoch,
+        # address): the app watches whether it is dead (``cluster.dead_peers``).
+        self.peer_refused: Callable[[str, int, str], None] = lambda node, epoch, address: None
         # Dropped links to live runs: dialled again and resumed; heartbeats.
         self.recovery = LinkRecovery(self)
 
@@ -138,6 +141,19 @@ class ClusterHub:
         writer.close()
         return True
 
+    async def refused(self, address: str) -> bool:
+        """Whether a node link port refuses connections (nothing listens; not a timeout)."""
+        host, _, port = address.rpartition(":")
+        try:
+            async with asyncio.timeout(1.0):
+                _, writer = await asyncio.open_connection(host, int(port))
+        except ConnectionRefusedError:
+            return True
+        except (OSError, TimeoutError, ValueError):
+            return False
+        writer.close()
+        return False
+
     def spawn(self, coro: Coroutine[None, None, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
@@ -153,6 +169,7 @@ class ClusterHub:
         link.shared_counted = bool(bits & frames.FEATURE_SHARED_COUNTED)
         link.resumable = bool(bits & frames.FEATURE_RESUME)
         link.heartbeat = bool(bits & frames.FEATURE_HEARTBEAT)
+        link.snapshot_end = bool(bits & frames.FEATURE_SNAPSHOT_END)
         existing = self.links.get(node)
         resumed = False
         if existing is not None and existing is not link:
@@ -181,9 +198,13 @@ class ClusterHub:
         if resumed:
             self.recovery.resumed += 1
             log.warning("link to %s (epoch %d) re-established: resuming", node, epoch)
+            if link.snapshot_end:  # its snapshot replaces the routes kept from the old link
+                link.announced = AnnouncedRoutes()
         else:
             log.info("link up: %s (epoch %d)", node, epoch)
         self._send_snapshot(link)
+        if link.snapshot_end:
+            link.send(frames.SNAPSHOT_END_FRAME)
         for client_id, message, qos, hold in self.link_wait.take((node, epoch)):
             data = frames.direct(client_id, self.encode(message, qos, False))
             link.send_direct(data, client_id, message, qos, hold)

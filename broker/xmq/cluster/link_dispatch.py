@@ -90,20 +90,32 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
             link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
         return
     reader = BodyReader(body)
+    announced = link.announced  # a resumed link's snapshot, until SNAPSHOT_END
     if kind == Kind.ROUTE:
         added = bool(reader.u8())
-        table.route(node, reader.text(), added)
+        topic_filter = reader.text()
+        table.route(node, topic_filter, added)
+        if announced is not None and added:
+            announced.routes.add(topic_filter)
     elif kind == Kind.SHARE:
         added = bool(reader.u8())
-        group = reader.text()
-        table.share(node, group, reader.text(), added)
+        group, topic_filter = reader.text(), reader.text()
+        table.share(node, group, topic_filter, added)
+        if announced is not None and added:
+            announced.shares.add((group, topic_filter))
     elif kind == Kind.DSUB:
         added = bool(reader.u8())
         client_id, key, topic_filter = reader.text(), reader.text(), reader.text()
         qos, flags = reader.u8(), reader.u8()
         if added:
             table.moved.drop(client_id)
+            if announced is not None:
+                announced.durable.add((client_id, key))
         table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags), added)
+    elif kind == Kind.SNAPSHOT_END:
+        if announced is not None:
+            link.announced = None
+            hub.recovery.reconciled(link, table.reconcile(node, announced))
     elif kind == Kind.DGONE:
         table.durable_gone(node, link.peer_epoch, reader.text(), hub.store is not None)
     elif kind == Kind.SHARED:

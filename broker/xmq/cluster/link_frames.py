@@ -37,6 +37,7 @@ class Kind(enum.IntEnum):
     PUBLISH_ACK = 12  # u64 count [, (u64 frame, u8 reason) ...]: see publish_ack
     RESUME = 13  # u64 count: counted frames of the peer's run handled here (FEATURE_RESUME)
     PING = 14  # empty: the sender is alive (FEATURE_HEARTBEAT, once a second)
+    SNAPSHOT_END = 15  # empty: the sender's route snapshot is complete (FEATURE_SNAPSHOT_END)
 
 
 def _str(value: str) -> bytes:
@@ -69,7 +70,13 @@ FEATURE_HEARTBEAT = 4
 """HELLO feature bit: this node sends PING once a second and closes a link it has heard
 nothing on for ``HEARTBEAT_TIMEOUT_S`` (used when both ends set it)."""
 
-FEATURES = FEATURE_SHARED_COUNTED | FEATURE_RESUME | FEATURE_HEARTBEAT
+FEATURE_SNAPSHOT_END = 8
+"""HELLO feature bit: this node ends the route snapshot it sends after HELLO with SNAPSHOT_END
+(used when both ends set it). On a resumed link the receiver then drops the sender's routes,
+shared groups and persistent subscriptions the snapshot did not name: they were removed while
+the link was down, and their removal deltas went nowhere."""
+
+FEATURES = FEATURE_SHARED_COUNTED | FEATURE_RESUME | FEATURE_HEARTBEAT | FEATURE_SNAPSHOT_END
 
 
 def hello(node_id: str, epoch: int, features: int = FEATURES) -> bytes:
@@ -81,6 +88,7 @@ def resume(count: int) -> bytes:
 
 
 PING_FRAME = frame(Kind.PING, b"")
+SNAPSHOT_END_FRAME = frame(Kind.SNAPSHOT_END, b"")
 
 
 def route(added: bool, topic_filter: str) -> bytes:

@@ -6,8 +6,10 @@ routes and every PUBLISH / DIRECT frame it had not seen confirmed or sends meanw
 (``PeerLink.resuming``); shared-group messages go to other members. The node with the smaller
 id dials again. The new link inherits the old one's counts; each side's RESUME says how many
 counted frames of the other's run it handled, and the kept frames after that are sent again in
-order. The peer is given up (treated as dead: its sessions become orphans) when its lease goes,
-its link port refuses connections, this node goes offline, or after the lease TTL + 2 s.
+order. The peer's route snapshot, sent again on the new link, replaces what this node held for
+it (``RouteTable.reconcile`` at its SNAPSHOT_END). The peer is given up (treated as dead: its
+sessions become orphans) when its lease goes, its link port refuses connections, this node goes
+offline, or after the lease TTL + 2 s.
 
 Heartbeats (HELLO feature bit 4): PING every second on each link; a link on which nothing
 arrived for ``HEARTBEAT_TIMEOUT_S`` is aborted (then suspended like any dropped link), so a
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xmq.cluster")
 
+REFUSED = "its link port refuses connections"
+
 HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEAT_TIMEOUT_S = 5.0
 """A link (both ends with FEATURE_HEARTBEAT) on which nothing arrived for this long is closed."""
@@ -38,13 +42,14 @@ HEARTBEAT_TIMEOUT_S = 5.0
 class LinkRecovery:
     """The hub's dropped links to live runs, and the heartbeat of every link."""
 
-    __slots__ = ("_heartbeat", "given_up", "heartbeat_timeouts", "hub", "resumed")
+    __slots__ = ("_heartbeat", "given_up", "heartbeat_timeouts", "hub", "resumed", "stale_routes")
 
     def __init__(self, hub: ClusterHub) -> None:
         self.hub = hub
         self.resumed = 0
         self.given_up = 0
         self.heartbeat_timeouts = 0
+        self.stale_routes = 0  # routes a resumed link's snapshot no longer named: dropped
         self._heartbeat: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -90,11 +95,10 @@ class LinkRecovery:
             elif loop.time() > deadline:
                 why = f"not re-linked within {self.hub.identity.lease_ttl_s + 2.0:.1f}s"
             elif not address or not await self.hub.reachable(address):
-                why = "its link port refuses connections"
+                why = REFUSED
             elif self.hub.identity.node_id < node and node not in self.hub.dialing:
                 self.hub.dialing.add(node)
-                await self.hub.dial(node, address)
-                continue
+                await self.hub.dial(node, address)  # connected (or not); its HELLO follows
             if why:
                 break
             await asyncio.sleep(0.2)
@@ -102,6 +106,8 @@ class LinkRecovery:
             self.given_up += 1
             log.warning("link to %s (epoch %d) given up: %s", node, epoch, why)
             self.hub.drop_link(link, orphan=True)
+            if why == REFUSED:  # killed? its lease may be released before its TTL
+                self.hub.peer_refused(node, epoch, self.hub.addresses.get(node, ""))
 
     def settle(self, link: PeerLink) -> None:
         """A link that dropped (or was replaced) while its node lives: its shared-group
@@ -126,6 +132,18 @@ class LinkRecovery:
         again = link.resend_from(handled, lambda entry: self._frame_again(link, entry))
         if again:
             log.warning("link to %s: %d frames sent again after a re-link", link.peer_node, again)
+
+    def reconciled(self, link: PeerLink, dropped: int) -> None:
+        """The peer's snapshot on a resumed link is complete; ``dropped`` of its routes,
+        shared groups and persistent subscriptions held here were not in it (removed while
+        the link was down) and are gone now."""
+        self.stale_routes += dropped
+        if dropped:
+            log.warning(
+                "link to %s: %d routes removed while it was down dropped after the re-link",
+                link.peer_node,
+                dropped,
+            )
 
     def _frame_again(self, link: PeerLink, entry: Unconfirmed) -> bytes | None:
         _, message, _, what = entry

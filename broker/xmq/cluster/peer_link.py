@@ -15,6 +15,7 @@ from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello, share
 
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
+    from xmq.cluster.route_table import AnnouncedRoutes
     from xmq.core.cluster_ports import DurableHold
     from xmq.core.message import Message
 
@@ -46,6 +47,7 @@ class PeerLink(asyncio.Protocol):
         "peer_node",
         "ack_due",
         "ack_pending",
+        "announced",
         "heartbeat",
         "last_heard",
         "resumable",
@@ -56,6 +58,7 @@ class PeerLink(asyncio.Protocol):
         "shared_counted",
         "shared_out",
         "shared_seq",
+        "snapshot_end",
         "transport",
         "unconfirmed",
         "undelivered",
@@ -95,6 +98,9 @@ class PeerLink(asyncio.Protocol):
         self.resumable = False
         self.resuming = False
         self.heartbeat = False  # FEATURE_HEARTBEAT on both ends: PING each second
+        self.snapshot_end = False  # FEATURE_SNAPSHOT_END on both ends: snapshots end with it
+        # A resumed link: what the peer's snapshot names, until its SNAPSHOT_END
+        self.announced: AnnouncedRoutes | None = None
         self.last_heard = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

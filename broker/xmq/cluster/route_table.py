@@ -7,11 +7,15 @@
   appended to the sessions' Redis queues until another node claims the session.
 * ``moved``: sessions this node handed over (kept a few seconds, same treatment as orphans, for
   messages still on their way here).
+
+A link that resumes after a drop gets the peer's full snapshot again (``AnnouncedRoutes``
+collects it); what this node still holds for the peer beyond it was removed while the link was
+down and is dropped (``reconcile``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from xmq.routing.shared_tree import SharedSubscriptions
 from xmq.routing.subscription_tree import SubscriptionTree
@@ -60,6 +64,16 @@ class OrphanIndex:
 
     def __len__(self) -> int:
         return len(self.by_client)
+
+
+@dataclass(slots=True)
+class AnnouncedRoutes:
+    """What a peer's route snapshot named, collected on a resumed link until SNAPSHOT_END."""
+
+    routes: set[str] = field(default_factory=set)
+    shares: set[tuple[str, str]] = field(default_factory=set)
+    durable: set[tuple[str, str]] = field(default_factory=set)
+    """(client id, subscription key) of the peer's persistent sessions"""
 
 
 class RouteTable:
@@ -125,3 +139,29 @@ class RouteTable:
                 self.orphans.add(client_id, durable.topic_filter, entry)
                 fresh.add(client_id, durable.topic_filter, entry)
         return fresh
+
+    def reconcile(self, node: str, announced: AnnouncedRoutes) -> int:
+        """A resumed link's snapshot is complete: drop what ``node`` holds here that it did not
+        name (removed while the link was down). Returns how many entries were dropped.
+
+        A persistent session it no longer names ended or moved: its subscriptions are dropped,
+        not orphaned (its new owner announces it; an ended one has nothing to keep).
+        """
+        dropped = 0
+        for topic_filter in [f for f, key, _ in self.routes.items() if key == node]:
+            if topic_filter not in announced.routes:
+                self.routes.remove(topic_filter, node)
+                dropped += 1
+        for group in self.shares.groups_of(node):
+            if (group.group, group.topic_filter) not in announced.shares:
+                self.shares.remove(group.group, group.topic_filter, node)
+                dropped += 1
+        sessions = self.durable.get(node, {})
+        for client_id in list(sessions):
+            subs = sessions[client_id]
+            for key in [k for k in subs if (client_id, k) not in announced.durable]:
+                del subs[key]
+                dropped += 1
+            if not subs:
+                del sessions[client_id]
+        return dropped

@@ -7,9 +7,14 @@
   When asked, the reply carries the stored persistent session. The owner record and the
   stored state name the identity (user) that holds the session; a claim by another identity
   of a live or stored session is refused (``FOREIGN``) before anything changes, or (when the
-  caller asks so) starts the session clean.
+  caller asks so) starts the session clean. The claim carries the caller's fencing token (node
+  id + epoch): a run whose lease is not the current one (expired, or its node restarted since)
+  is refused (``FENCED``) before anything changes.
 * :data:`RELEASE_SESSION` — a session ended: delete its owner record (only when still ours) and
-  its stored state.
+  its stored state; fenced the same way (a run without its lease changes nothing: ``2``).
+* :data:`FENCED_RECORD`, :data:`FENCED_INBOUND_ID` — a record of a session this node owns
+  (``RPUSH``, and its ``session:seen`` marker) and an inbound QoS 2 packet id (``SADD``),
+  written only while the writing run holds its lease; else the error reply ``FENCED``.
 * :data:`APPEND_IF_OWNER` — a publishing node appends a message to the Redis queue of a session
   whose owner it believes dead, only while the owner record still names that owner *and* that
   owner's run has no lease; otherwise the reply names the current owner (the message then goes
@@ -37,6 +42,19 @@ CLAIM_SESSION = """\
 --       node ('' none), 7 expected owner epoch, 8 client id, 9 want state, 10 protocol
 --       version, 11 expiry interval, 12 the connecting identity ('' no check), 13 '1' refuse
 --       a session of another identity ('0': start it clean)
+local function lease_of(node, epoch)  -- the lease of that run of the node, or nil
+  local lease = redis.call('GET', ARGV[3] .. 'node:lease:' .. node)
+  if lease then
+    local ok, l = pcall(cjson.decode, lease)
+    if ok and type(l) == 'table' and tonumber(l['epoch']) == tonumber(epoch) then
+      return l
+    end
+  end
+  return nil
+end
+if not lease_of(ARGV[1], ARGV[2]) then
+  return {4}  -- fenced: the claiming run holds no lease (expired, or a newer run's)
+end
 local raw = redis.call('GET', KEYS[1])
 local prev_node, prev_epoch, holder = '', 0, nil
 if raw then
@@ -59,14 +77,7 @@ if ARGV[12] ~= '' then
   if holder ~= nil and holder ~= ARGV[12] then
     -- another identity's session: alive (a leased owner) or stored (persistent) is never
     -- inherited; refused before any change, so its client is not disturbed
-    local live = mine
-    if prev_node ~= '' and not mine then
-      local lease = redis.call('GET', ARGV[3] .. 'node:lease:' .. prev_node)
-      if lease then
-        local ok, l = pcall(cjson.decode, lease)
-        live = ok and type(l) == 'table' and tonumber(l['epoch']) == prev_epoch
-      end
-    end
+    local live = mine or (prev_node ~= '' and lease_of(prev_node, prev_epoch) ~= nil)
     if live or redis.call('EXISTS', KEYS[8]) == 1 then
       if ARGV[13] == '1' then
         return {3, prev_node, prev_epoch, ''}
@@ -82,12 +93,9 @@ end
 if prev_node ~= '' and not mine then
   local expected = prev_node == ARGV[6] and prev_epoch == tonumber(ARGV[7])
   if not expected then
-    local lease = redis.call('GET', ARGV[3] .. 'node:lease:' .. prev_node)
-    if lease then
-      local ok, l = pcall(cjson.decode, lease)
-      if ok and type(l) == 'table' and tonumber(l['epoch']) == prev_epoch then
-        return {2, prev_node, prev_epoch, tostring(l['address'] or '')}
-      end
+    local l = lease_of(prev_node, prev_epoch)
+    if l then
+      return {2, prev_node, prev_epoch, tostring(l['address'] or '')}
     end
   end
   redis.call('SREM', ARGV[3] .. 'node:sessions:' .. prev_node, ARGV[8])
@@ -135,7 +143,15 @@ return reply
 
 RELEASE_SESSION = """\
 -- KEYS: 1 owner, 2 my node sessions, 3 subs, 4 queue, 5 inflight, 6 qos2in, 7 state
--- ARGV: 1 my node id, 2 my epoch, 3 client id
+-- ARGV: 1 my node id, 2 my epoch, 3 client id, 4 key prefix
+local lease = redis.call('GET', ARGV[4] .. 'node:lease:' .. ARGV[1])
+local ok_l, l = false, nil
+if lease then
+  ok_l, l = pcall(cjson.decode, lease)
+end
+if not ok_l or type(l) ~= 'table' or tonumber(l['epoch']) ~= tonumber(ARGV[2]) then
+  return 2  -- fenced: the releasing run holds no lease; the session is left as it is
+end
 local raw = redis.call('GET', KEYS[1])
 if not raw then
   return 0
@@ -191,6 +207,51 @@ end
 return {1, tostring(owner['node_id']), tonumber(owner['epoch']) or 0}
 """
 
+_WRITER_FENCE = """\
+local lease = redis.call('GET', KEYS[1])
+local ok, l = false, nil
+if lease then
+  ok, l = pcall(cjson.decode, lease)
+end
+if not ok or type(l) ~= 'table' or tonumber(l['epoch']) ~= tonumber(ARGV[1]) then
+  return redis.error_reply('FENCED the writing run holds no lease (its epoch is not current)')
+end
+"""
+
+FENCED_RECORD = (
+    """\
+-- KEYS: 1 the writer's lease, 2 session queue, 3 (forwarded records only) its seen marker
+-- ARGV: 1 writer epoch, 2 record, 3 marker TTL in ms, 4 '1': push only when not there (sent
+--       again after a lost connection: it may have been applied)
+"""
+    + _WRITER_FENCE
+    + """\
+if ARGV[4] ~= '1' or not redis.call('LPOS', KEYS[2], ARGV[2]) then
+  redis.call('RPUSH', KEYS[2], ARGV[2])
+end
+if KEYS[3] then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+end
+return 1
+"""
+)
+"""A persistent session's record, written only while the writing run holds its lease: a node
+whose lease expired (Redis paused or unreachable past the TTL) must not make a message durable
+for a session its clients have left meanwhile — they resend what was not acknowledged."""
+
+FENCED_INBOUND_ID = (
+    """\
+-- KEYS: 1 the writer's lease, 2 session:qos2in; ARGV: 1 writer epoch, 2 packet id
+"""
+    + _WRITER_FENCE
+    + """\
+return redis.call('SADD', KEYS[2], ARGV[2])
+"""
+)
+"""An inbound QoS 2 packet id (its PUBREC waits for it), added only while the writing run holds
+its lease. A stale run's id would make the publisher's re-sent PUBLISH look handled on its next
+node (PUBREC without routing) although the message's records were fenced: lost."""
+
 FORWARDED_SEEN_TTL_MS = 60_000
 """Lifetime of a ``session:seen`` marker: longer than a forwarded message can take to be
 replayed after its receiver died (the link closes at once on a kill; a replayed message waits at
@@ -220,6 +281,18 @@ class ClaimOutcome(enum.IntEnum):
     """A live node owns the session: ask it to hand over, then claim with ``expected``."""
     FOREIGN = 3
     """Another identity holds the session (alive or stored): nothing was changed."""
+    FENCED = 4
+    """The claiming run holds no lease (its epoch is not current): nothing was changed."""
+
+
+class ReleaseOutcome(enum.IntEnum):
+    """Reply of :data:`RELEASE_SESSION`."""
+
+    NOT_OURS = 0
+    """No owner record, or another run's: nothing deleted."""
+    RELEASED = 1
+    FENCED = 2
+    """The releasing run holds no lease (its epoch is not current): nothing deleted."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +320,7 @@ class ClaimReply:
         if not isinstance(reply, list) or not reply:
             raise ValueError(f"unexpected claim reply {reply!r}")
         outcome = ClaimOutcome(int(reply[0]))
-        if outcome in (ClaimOutcome.CLAIMED, ClaimOutcome.FOREIGN):
+        if outcome in (ClaimOutcome.CLAIMED, ClaimOutcome.FOREIGN, ClaimOutcome.FENCED):
             return cls(outcome)
         node, epoch, address = _text(reply[1]), int(reply[2]), _text(reply[3])
         if outcome == ClaimOutcome.OWNED_ELSEWHERE:
@@ -340,7 +413,7 @@ def release_session(keys: ClusterKeys, client_id: str, node_id: str, epoch: int)
             keys.node_sessions(node_id),
             *_state_keys(keys, client_id),
         ),
-        (node_id, str(epoch), client_id),
+        (node_id, str(epoch), client_id, keys.prefix),
     )
 
 
@@ -372,7 +445,41 @@ def append_if_owner(
         writer_node,
         str(writer_epoch),
     )
-    session_keys: tuple[str, ...] = (keys.session_owner(client_id), keys.session_queue(client_id))
+    return (
+        APPEND_IF_OWNER,
+        _queue_keys(keys, keys.session_owner(client_id), client_id, forward_id),
+        args,
+    )
+
+
+def _queue_keys(keys: ClusterKeys, first: str, client_id: str, forward_id: str) -> tuple[str, ...]:
+    """``first``, the session's queue, and the seen marker of a forwarded record's id."""
+    queue = keys.session_queue(client_id)
     if forward_id:
-        session_keys += (keys.session_seen(client_id, forward_id),)
-    return APPEND_IF_OWNER, session_keys, args
+        return (first, queue, keys.session_seen(client_id, forward_id))
+    return (first, queue)
+
+
+def fenced_record(
+    keys: ClusterKeys,
+    client_id: str,
+    writer: tuple[str, int],
+    record: bytes,
+    forward_id: str = "",
+    seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
+    once: bool = False,
+) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
+    """Script, keys and arguments of :data:`FENCED_RECORD` (``once``: push-if-absent)."""
+    args = (str(writer[1]), record, str(seen_ttl_ms), "1" if once else "0")
+    return FENCED_RECORD, _queue_keys(keys, keys.lease(writer[0]), client_id, forward_id), args
+
+
+def fenced_inbound_id(
+    keys: ClusterKeys, client_id: str, writer: tuple[str, int], packet_id: int
+) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
+    """Script, keys and arguments of :data:`FENCED_INBOUND_ID`."""
+    return (
+        FENCED_INBOUND_ID,
+        (keys.lease(writer[0]), keys.session_qos2_inbound(client_id)),
+        (str(writer[1]), str(packet_id)),
+    )

@@ -14,10 +14,10 @@ a failed connect) and the error replies Redis gives while it cannot take a write
 demoted master during a failover, ``NOSCRIPT`` — see :mod:`xmq.store.redis_errors`). They are
 sent again, in their order and before anything queued later, after a jittered exponential
 backoff (bounded); a ``READONLY`` reply also drops the connection so the next one goes to the
-current master. An ``RPUSH`` cut off by a lost connection may have been applied: it is re-sent
-as push-if-absent (records are unique), so it is never queued twice. A write still failing
-after ``retry_for_s`` — or answered with any other error — is given up: its callback gets the
-error (:class:`RedisWriteFailed`), never a success. Look-ups on the connect path
+current master. A record push cut off by a lost connection may have been applied: it is re-sent
+as push-if-absent (``args_if_lost``; records are unique), so it is never queued twice. A
+write still failing after ``retry_for_s`` — or answered with any other error — is given up: its
+callback gets the error (:class:`RedisWriteFailed`), never a success. Look-ups on the connect path
 (``retry=False``) fail at once so the CONNECT can be answered 0x88.
 
 With ``wait_replicas`` N > 0 every pipeline ends with ``WAIT N timeout``, and its replies are
@@ -36,7 +36,6 @@ from typing import Any
 
 from xmq.store.redis_endpoint import RedisEndpoint
 from xmq.store.redis_errors import (
-    PUSH_ONCE,
     RedisStats,
     RedisWriteFailed,
     error_kind,
@@ -60,7 +59,16 @@ BACKOFF_MAX_S = 1.0
 
 
 class _Entry:
-    __slots__ = ("args", "callback", "failing_since", "guard", "payload", "retry", "script")
+    __slots__ = (
+        "args",
+        "callback",
+        "failing_since",
+        "guard",
+        "if_lost",
+        "payload",
+        "retry",
+        "script",
+    )
 
     def __init__(
         self,
@@ -77,6 +85,7 @@ class _Entry:
         self.script = script  # the full text, for EVAL after a NOSCRIPT reply
         self.payload = encode_command(args)
         self.failing_since = 0.0  # loop time of the first failure (0: none yet)
+        self.if_lost: tuple[Any, ...] | None = None  # sent instead after a lost connection
 
     def rewrite(self, args: tuple[Any, ...]) -> None:
         self.args = args
@@ -120,6 +129,7 @@ class RedisBatcher:
         self.commands = 0
         self.failures = 0
         self.resent = 0  # commands queued again after a transient failure
+        self._fenced_logged = float("-inf")  # loop time of the last warning about fenced writes
 
     async def start(self) -> None:
         """Connect (raises when Redis does not answer)."""
@@ -156,13 +166,20 @@ class RedisBatcher:
         callback: Callback | None = None,
         retry: bool = True,
         guard: Guard | None = None,
+        args_if_lost: tuple[Any, ...] | None = None,
     ) -> None:
-        """Queue an ``EVALSHA`` (falls back to ``EVAL`` when Redis lost the script)."""
+        """Queue an ``EVALSHA`` (falls back to ``EVAL`` when Redis lost the script).
+
+        ``args_if_lost``: the arguments to send instead when the call is cut off by a lost
+        connection (it may have been applied: e.g. a record push made push-if-absent)."""
         sha = self._shas.get(text)
         if sha is None:
             sha = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis's script id
             self._shas[text] = sha
-        self._add(_Entry(("EVALSHA", sha, len(keys), *keys, *args), callback, retry, guard, text))
+        entry = _Entry(("EVALSHA", sha, len(keys), *keys, *args), callback, retry, guard, text)
+        if args_if_lost is not None:
+            entry.if_lost = ("EVALSHA", sha, len(keys), *keys, *args_if_lost)
+        self._add(entry)
 
     def call_script(
         self, text: str, keys: tuple[Any, ...], args: tuple[Any, ...]
@@ -326,9 +343,13 @@ class RedisBatcher:
                 if entry.failing_since:
                     self.stats.recovered += 1
                 if isinstance(value, RedisReplyError):
-                    self.stats.error(error_kind(value))
+                    kind = error_kind(value)
+                    self.stats.error(kind)
                     self.stats.given_up += 1
-                    log.error("redis %s failed: %r", entry.args[0], value)
+                    if kind == "fenced":  # this run lost its lease: counted, said once
+                        self._log_fenced(value)
+                    else:
+                        log.error("redis %s failed: %r", entry.args[0], value)
                     value = RedisWriteFailed(f"{entry.args[0]}: {value}")
                 if entry.callback is not None:
                     try:
@@ -340,6 +361,18 @@ class RedisBatcher:
             self._check_idle()
 
         return reply
+
+    def _log_fenced(self, error: RedisReplyError) -> None:
+        """One warning per second at most for writes refused because this run lost its lease
+        (a node going offline can have many pending; ``xmq_redis_errors{kind="fenced"}``)."""
+        now = asyncio.get_running_loop().time()
+        if now - self._fenced_logged >= 1.0:
+            self._fenced_logged = now
+            log.warning(
+                "redis refused writes of this run (%d so far): %s",
+                self.stats.errors["fenced"],
+                error,
+            )
 
     def _transient(self, entry: _Entry, error: Exception) -> None:
         """A failure that may pass: send the entry again after the backoff (in order)."""
@@ -367,9 +400,11 @@ class RedisBatcher:
         if kind == "noscript":
             assert entry.script is not None
             entry.rewrite(("EVAL", entry.script, *entry.args[2:]))
-        elif kind == "connection_lost" and entry.args[0] == "RPUSH" and len(entry.args) == 3:
-            # it may have been applied before the loss: push it only if it is not there
-            entry.rewrite(("EVAL", PUSH_ONCE, 1, entry.args[1], entry.args[2]))
+        elif kind == "connection_lost" and entry.if_lost is not None:
+            if entry.args[0] == "EVAL":  # (sent as EVAL after a NOSCRIPT already)
+                entry.rewrite(("EVAL", entry.script, *entry.if_lost[2:]))
+            else:
+                entry.rewrite(entry.if_lost)
         if kind == "readonly":  # a demoted master: the next connection finds the new one
             conn = self._conn
             if conn is not None:

@@ -8,8 +8,9 @@ replica whose master link is down), ``READONLY`` (a master demoted to replica du
 the connection is dropped so the next one finds the new master), ``NOSCRIPT`` (a restarted or
 new master lost the script cache: sent again as ``EVAL``). An error reply means Redis did not
 run the command, so sending it again applies it once; a lost connection leaves it unknown
-(``PUSH_ONCE`` makes a re-sent record push idempotent). Every other error reply (``WRONGTYPE``,
-``OOM``, a script error) is final.
+(a record push is re-sent as push-if-absent: ``FENCED_RECORD``'s last argument). Every other
+error reply (``WRONGTYPE``, ``OOM``, a script error, ``FENCED``: the writing run lost its lease)
+is final.
 """
 
 from __future__ import annotations
@@ -20,13 +21,6 @@ from xmq.store.resp_connection import RedisConnectionLost, RedisReplyError
 
 TRANSIENT_REPLIES = ("LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")
 NOSCRIPT = "NOSCRIPT"
-
-PUSH_ONCE = """
-if redis.call('LPOS', KEYS[1], ARGV[1]) then return 0 end
-return redis.call('RPUSH', KEYS[1], ARGV[1])
-"""
-"""An ``RPUSH`` of a record re-sent after a lost connection: pushed only when not there
-(records carry a unique id, so an equal element is this very record)."""
 
 ROUND_TRIP_BOUNDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 

@@ -16,10 +16,14 @@ An inbound QoS 2 id's ``SADD`` (``SREM``) holds the publisher's PUBREC (PUBCOMP)
 N > 0: up to N deliveries go out before their records are written; beyond that the publishing
 client's socket is paused until the backlog halves (acknowledgements are not held).
 
+Records and inbound ids are fenced (``FENCED_RECORD``, ``FENCED_INBOUND_ID``): Redis applies
+them only while this run holds its lease, so writes still pending when the lease was lost (Redis
+paused past the TTL) are refused (``FENCED``: the hold fails) instead of applied on resume.
+
 A message that came over a node link carries a cluster-wide id (``forward_id``, assigned by
 the node that first forwarded it). Its non-shared records take that id as their record id and
-each writes ``session:seen:<id>:<client id>`` (``SET ... PX``, in the same pipeline, right
-after the ``RPUSH``): a sender that replays the message after this node died
+each writes ``session:seen:<id>:<client id>`` (``SET ... PX``, in the same ``FENCED_RECORD``
+call, right after the ``RPUSH``): a sender that replays the message after this node died
 (``APPEND_IF_OWNER``) finds the marker and does not queue it twice.
 """
 
@@ -34,7 +38,13 @@ from typing import TYPE_CHECKING, Any
 
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import encode_record
-from xmq.contract.session_scripts import FORWARDED_SEEN_TTL_MS, AppendOutcome, append_if_owner
+from xmq.contract.session_scripts import (
+    FORWARDED_SEEN_TTL_MS,
+    AppendOutcome,
+    append_if_owner,
+    fenced_inbound_id,
+    fenced_record,
+)
 from xmq.core.cluster_ports import DurableHold, NodeIdentity, SubscriptionSpec
 from xmq.core.message import Message, forward_id_of
 from xmq.core.session import Delivery, Session, Subscription
@@ -144,17 +154,14 @@ class RedisSessionStore:
             order.append(mark)
             if len(order) > _RECENT_FORWARDED:
                 recent.discard(order.popleft())
-            seen = self.keys.session_seen(session.client_id, forward_id)
         else:
             forward_id = ""
-            seen = ""
         raw = self.new_record(
             message, delivery.qos, delivery.retain, delivery.subscription_ids, forward_id
         )
         delivery.record = raw
         self.records += 1
         self.unwritten += 1
-        key = self.keys.session_queue(session.client_id)
         if self.max_queued_writes == 0:
             hold = self.hold
             if hold is not None:
@@ -164,7 +171,8 @@ class RedisSessionStore:
                 self._written()
                 if isinstance(reply, BaseException):  # given up: no ack, no delivery
                     self.failed += 1
-                    log.error("record for %r not written: %r", session.client_id, reply)
+                    if "FENCED" not in str(reply):  # (fenced: said once by the batcher)
+                        log.error("record for %r not written: %r", session.client_id, reply)
                     if hold is not None:
                         hold.fail()
                     return
@@ -173,18 +181,26 @@ class RedisSessionStore:
                 if session.store is self:
                     session.deliver_recorded(delivery, self.clock())
 
-            self.batcher.command("RPUSH", key, raw, callback=recorded)
-            if seen:
-                self.batcher.command("SET", seen, b"1", "PX", self.seen_ttl_ms)
+            self._push(session.client_id, raw, forward_id, recorded)
             if self.unwritten > self.limit:
                 self._pause(message.origin)
             return True
-        self.batcher.command("RPUSH", key, raw, callback=self._written_reply)
-        if seen:
-            self.batcher.command("SET", seen, b"1", "PX", self.seen_ttl_ms)
+        self._push(session.client_id, raw, forward_id, self._written_reply)
         if self.unwritten > self.limit:
             self._pause(message.origin)
         return session.deliver_recorded(delivery, now)
+
+    def _push(
+        self, client_id: str, raw: bytes, forward_id: str, callback: Callable[[Any], None]
+    ) -> None:
+        """``RPUSH`` the record (and ``SET`` its seen marker) while this run holds its lease;
+        a stale run's write is refused (``FENCED``: the callback gets the failure)."""
+        identity = self.identity
+        writer = (identity.node_id, identity.epoch)
+        script, keys, args = fenced_record(
+            self.keys, client_id, writer, raw, forward_id, self.seen_ttl_ms
+        )
+        self.batcher.script(script, keys, args, callback=callback, args_if_lost=(*args[:-1], "1"))
 
     def _written_reply(self, reply: Any) -> None:
         self._written()
@@ -248,12 +264,18 @@ class RedisSessionStore:
     def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
         key = self.keys.session_qos2_inbound(session.client_id)
         hold = self.hold
+        callback = None
         if hold is not None:
             hold.hold()  # the PUBREC waits for the id's SADD too, a PUBCOMP for its SREM
-            command = "SADD" if added else "SREM"
-            self.batcher.command(command, key, packet_id, callback=_settle(hold))
+            callback = _settle(hold)
+        if added:  # fenced: a stale run's id would make the re-sent PUBLISH look handled
+            identity = self.identity
+            script, keys, args = fenced_inbound_id(
+                self.keys, session.client_id, (identity.node_id, identity.epoch), packet_id
+            )
+            self.batcher.script(script, keys, args, callback=callback)
             return
-        self.batcher.command("SADD" if added else "SREM", key, packet_id)
+        self.batcher.command("SREM", key, packet_id, callback=callback)
 
     def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
         subs_key = self.keys.session_subscriptions(session.client_id)

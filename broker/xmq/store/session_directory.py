@@ -8,6 +8,7 @@ session carries the stored copy, decoded here into core deliveries.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from xmq.contract.keys import ClusterKeys
@@ -17,6 +18,7 @@ from xmq.contract.session_scripts import (
 )
 from xmq.contract.session_scripts import (
     ClaimReply,
+    ReleaseOutcome,
     StoredSession,
     claim_session,
     release_session,
@@ -39,6 +41,8 @@ from xmq.core.session import Delivery
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_errors import RedisWriteFailed
 from xmq.store.resp_connection import RedisReplyError
+
+log = logging.getLogger("xmq.store.session_directory")
 
 _OUTCOMES = {
     ScriptOutcome.CLAIMED: ClaimOutcome.CLAIMED,
@@ -136,6 +140,7 @@ class RedisSessionDirectory:
         self.is_local = is_local
         self.clock = clock
         self.claims = 0
+        self.fenced_releases = 0  # releases refused by Redis: this run had lost its lease
 
     async def claim(
         self,
@@ -173,6 +178,11 @@ class RedisSessionDirectory:
             parsed = ClaimReply.from_reply(reply)
         except (OSError, TimeoutError, ValueError, RedisReplyError, RedisWriteFailed) as error:
             raise ClusterUnavailableError(f"session claim failed: {error!r}") from error
+        if parsed.outcome == ScriptOutcome.FENCED:
+            raise ClusterUnavailableError(
+                f"session claim refused: this node's lease for epoch {node.epoch} is not the"
+                " current one (fenced)"
+            )
         restored = None
         if parsed.stored is not None:
             restored = restore(parsed.stored, self.clock())
@@ -182,7 +192,23 @@ class RedisSessionDirectory:
 
     def release(self, client_id: str) -> None:
         identity = self.identity
-        call = release_session(self.keys, client_id, identity.node_id, identity.epoch)
+        epoch = identity.epoch
+        call = release_session(self.keys, client_id, identity.node_id, epoch)
+
+        def replied(reply: object) -> None:
+            if reply == ReleaseOutcome.FENCED:
+                self.fenced_releases += 1
+                log.warning(
+                    "release of session %r refused: this node's lease for epoch %d is not the"
+                    " current one (fenced); the session is left to its next claim",
+                    client_id,
+                    epoch,
+                )
+
         self.batcher.script(
-            call.script, call.keys, call.args, guard=lambda: not self.is_local(client_id)
+            call.script,
+            call.keys,
+            call.args,
+            callback=replied,
+            guard=lambda: not self.is_local(client_id),
         )

@@ -129,16 +129,6 @@ def test_a_paused_node_that_keeps_its_lease_resumes_its_buffered_reads(
     assert nodes.nodes[3].proc.poll() is None
 
 
-def _link_port(redis_server: RedisServer, cluster: str, node_id: str) -> int:
-    client = redis_server.client()
-    try:
-        raw = client.get(ClusterKeys(cluster).lease(node_id))
-    finally:
-        client.close()
-    assert raw is not None
-    return int(NodeLease.from_json(raw).address.rpartition(":")[2])
-
-
 def _reset_link(port: int) -> None:
     """Abort the dialling side of the link to ``port`` (the other side gets a RST)."""
     subprocess.run(
@@ -168,7 +158,7 @@ def test_a_reset_link_between_two_live_nodes_loses_and_strands_nothing(
     """
     if shutil.which("ss") is None:
         pytest.skip("ss (iproute2) missing")
-    port = _link_port(redis_server, nodes.cluster, "node-2")
+    port = nodes.link_address(2)[1]
 
     def fault() -> None:
         for _ in range(3):

@@ -72,3 +72,78 @@ async def _link_resumed(hub: ClusterHub) -> tuple[PeerLink, RecordingTransport]:
     assert (Kind.RESUME, frames.resume(0)[5:]) in sent  # we handled none of its frames
     wire.sent.clear()
     return link, wire
+
+
+def _frames(link: PeerLink, *data: bytes) -> None:
+    for chunk in data:
+        link.data_received(chunk)
+
+
+def _collecting(link: PeerLink) -> bool:
+    """Whether the link collects its peer's snapshot (a resumed link, until SNAPSHOT_END)."""
+    return link.announced is not None
+
+
+def _routes_of(hub: ClusterHub, node: str) -> set[str]:
+    return {topic_filter for topic_filter, key, _ in hub.table.routes.items() if key == node}
+
+
+async def test_a_resumed_link_drops_the_routes_its_peer_removed_while_it_was_down() -> None:
+    broker = Broker(CoreSettings())
+    hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
+    hub.peer_alive = lambda node, epoch: (node, epoch) == ("node-2", 7)
+    old, _ = await _link(hub)
+    assert not _collecting(old)  # a first link: its snapshot is the whole truth already
+    _frames(
+        old,
+        frames.route(True, "a/#"),
+        frames.route(True, "b/#"),
+        frames.share(True, "g", "s/#"),
+        frames.durable_sub(True, "c1", "k1", "d/1", 1, 0),
+        frames.durable_sub(True, "c1", "k2", "d/2", 1, 0),
+        frames.durable_sub(True, "c2", "k", "x/#", 2, 0),
+        frames.SNAPSHOT_END_FRAME,
+    )
+    assert _routes_of(hub, "node-2") == {"a/#", "b/#"}
+    old.connection_lost(ConnectionResetError())
+    assert hub.links["node-2"] is old and old.resuming
+    # Meanwhile node-2 removed a/#, s/# (group g), c1's d/2, the session c2, and added n/#:
+    # those deltas went nowhere. The new link's snapshot says what is left.
+    new, _ = await _link_resumed(hub)
+    assert _collecting(new)
+    _frames(
+        new,
+        frames.resume(0),
+        frames.route(True, "b/#"),
+        frames.route(True, "n/#"),
+        frames.durable_sub(True, "c1", "k1", "d/1", 1, 0),
+    )
+    assert _routes_of(hub, "node-2") == {"a/#", "b/#", "n/#"}  # nothing dropped before the end
+    new.data_received(frames.SNAPSHOT_END_FRAME)
+    assert not _collecting(new)
+    assert _routes_of(hub, "node-2") == {"b/#", "n/#"}
+    assert not hub.table.shares.groups_of("node-2")
+    assert {c: set(subs) for c, subs in hub.table.durable["node-2"].items()} == {"c1": {"k1"}}
+    assert not len(hub.table.orphans)  # a session it no longer names ended or moved
+    assert hub.recovery.stale_routes == 4
+    # later deltas apply as usual
+    new.data_received(frames.route(False, "b/#"))
+    assert _routes_of(hub, "node-2") == {"n/#"}
+    for task in list(hub._tasks):
+        task.cancel()
+
+
+async def test_the_snapshot_ends_with_snapshot_end_only_for_a_peer_that_knows_it() -> None:
+    broker = Broker(CoreSettings())
+    hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
+    older = frames.FEATURES & ~frames.FEATURE_SNAPSHOT_END
+    for node, features, expected in (("node-2", frames.FEATURES, True), ("node-3", older, False)):
+        link = PeerLink(hub)
+        wire = RecordingTransport()
+        link.connection_made(cast(asyncio.Transport, wire))
+        link.data_received(frames.hello(node, 7, features))
+        await asyncio.sleep(0)
+        kinds = [kind for kind, _ in FrameDecoder().feed(bytes(wire.sent))]
+        assert (Kind.SNAPSHOT_END in kinds) is expected
+    for task in list(hub._tasks):
+        task.cancel()

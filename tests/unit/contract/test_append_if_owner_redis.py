@@ -8,8 +8,9 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.support.node_leases import write_lease
 from tests.support.redis_server import running_redis
-from xmq.contract import ClusterKeys, NodeLease
+from xmq.contract import ClusterKeys
 from xmq.contract.session_scripts import (
     FORWARDED_SEEN_TTL_MS,
     AppendOutcome,
@@ -104,10 +105,7 @@ def test_seen_key_shape() -> None:
 
 
 def _lease(client: redis.Redis, node: str, epoch: int) -> None:
-    lease = NodeLease(
-        node_id=node, pod_name="p", pod_uid="u", address="127.0.0.1:1", epoch=epoch, started_at=0.0
-    )
-    client.set(KEYS.lease(node), lease.to_json(), px=10_000)
+    write_lease(client, KEYS, node, epoch, ttl_ms=10_000)
 
 
 def _fenced_append(

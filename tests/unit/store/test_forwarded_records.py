@@ -12,6 +12,7 @@ from typing import cast
 import pytest
 import redis
 
+from tests.support.node_leases import drop_lease, write_lease
 from tests.support.redis_server import RedisServer, running_redis
 from xmq.contract import ClusterKeys
 from xmq.contract.message_record import MessageRecord, decode_record
@@ -38,6 +39,8 @@ async def _store(server: RedisServer, node: tuple[str, int]) -> RedisSessionStor
     batcher = RedisBatcher(server.url)
     await batcher.start()
     identity = NodeIdentity(node[0], node[1], online=True)
+    with server.client() as sync:
+        write_lease(sync, KEYS, *node)  # its records carry this run's fencing token
     return RedisSessionStore(batcher, KEYS, identity, {}, lambda: 0.0)
 
 
@@ -100,6 +103,7 @@ async def test_a_replayed_message_already_recorded_by_the_dead_receiver_is_skipp
     await node_b.flush()
     assert [r.record_id for r in _queued(sync, "sub")] == ["a-0/7/f1"]
     # B is killed here; A replays all three (none was confirmed by a PUBLISH_ACK)
+    drop_lease(sync, KEYS, B[0])
     for message in (recorded, unrecorded, acknowledged):
         assert await _replay(node_a, "sub", message) == []
     queued = [(r.record_id, r.payload) for r in _queued(sync, "sub")]

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 import pytest
 import redis
 
+from tests.support.node_leases import write_lease
 from tests.support.redis_server import RedisServer, running_redis
 from tests.support.sink_link import SinkLink
 from xmq.codec.packets import Connect, Pubcomp, Publish, Pubrec, Pubrel
@@ -87,6 +88,8 @@ async def _broker(server: RedisServer) -> tuple[Broker, RedisSessionStore]:
     await batcher.start()
     _BATCHERS.append(batcher)
     identity = NodeIdentity("a-0", 3, online=True)
+    with server.client() as sync:
+        write_lease(sync, KEYS, "a-0", 3)  # its claims carry this run's fencing token
     store = RedisSessionStore(batcher, KEYS, identity, broker.sessions, broker.now)
     broker.identity = identity
     broker.store = store

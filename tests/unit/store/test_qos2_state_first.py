@@ -19,6 +19,7 @@ from typing import cast
 import pytest
 import redis
 
+from tests.support.node_leases import drop_lease, write_lease
 from tests.support.redis_server import RedisServer, running_redis
 from tests.support.sink_link import SinkLink
 from xmq.codec.packets import (
@@ -115,6 +116,8 @@ async def _node(server: RedisServer, node_id: str, epoch: int, max_inflight: int
     batcher = RedisBatcher(server.url)
     await batcher.start()
     identity = NodeIdentity(node_id, epoch, online=True)
+    with server.client() as sync:
+        write_lease(sync, KEYS, node_id, epoch)  # its claims carry this run's fencing token
     store = RedisSessionStore(batcher, KEYS, identity, broker.sessions, broker.now)
     broker.identity = identity
     broker.store = store
@@ -162,6 +165,7 @@ async def _kill(node: Node, sync: redis.Redis) -> None:
     await node.batcher.close()
     await asyncio.sleep(0.1)
     sync.client_unpause()
+    drop_lease(sync, KEYS, node.broker.identity.node_id if node.broker.identity else "")
 
 
 async def _first_node(server: RedisServer, sync: redis.Redis) -> tuple[Node, WatchingLink]:

@@ -172,11 +172,13 @@ async def test_a_push_cut_by_a_lost_connection_is_sent_again_only_if_absent(
     server = ScriptedRedis(script)
     batcher = await _batcher(batchers, await server.start())
     future, done = _reply_future()
-    batcher.command("RPUSH", "q", b"record", callback=done)
+    batcher.script(
+        "-- push", ("q",), (b"record", "0"), callback=done, args_if_lost=(b"record", "1")
+    )
     assert await asyncio.wait_for(future, 10) == 1
-    assert server.seen[0][0] == b"RPUSH"
-    resent = server.seen[-1]
-    assert resent[0] == b"EVAL" and b"LPOS" in resent[1] and resent[-1] == b"record"
+    assert server.seen[0][0] == b"EVALSHA" and server.seen[0][-1] == b"0"
+    resent = server.seen[-1]  # the same call, now asking for push-if-absent
+    assert resent[:4] == server.seen[0][:4] and resent[-2:] == [b"record", b"1"]
     assert batcher.stats.retries["connection_lost"] == 1
 
 

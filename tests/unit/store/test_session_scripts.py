@@ -7,13 +7,15 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from tests.support.node_leases import drop_lease, write_lease
 from tests.support.redis_server import running_redis
-from xmq.contract import ClusterKeys, NodeLease
+from xmq.contract import ClusterKeys
 from xmq.contract.records import SessionOwner
 from xmq.contract.scripts import ScriptCall
 from xmq.contract.session_scripts import (
     ClaimOutcome,
     ClaimReply,
+    ReleaseOutcome,
     append_if_owner,
     claim_session,
     release_session,
@@ -62,10 +64,17 @@ def _claim(
 
 
 def _lease(client: redis.Redis, node: str, epoch: int) -> None:
-    lease = NodeLease(
-        node_id=node, pod_name="p", pod_uid="u", address="127.0.0.1:1", epoch=epoch, started_at=0
-    )
-    client.set(KEYS.lease(node), lease.to_json(), px=60_000)
+    write_lease(client, KEYS, node, epoch)
+
+
+def _claim_then_die(
+    client: redis.Redis, client_id: str, node: str, epoch: int, identity: str = ""
+) -> None:
+    """``node`` (run ``epoch``) claims ``client_id`` while it holds its lease, then dies."""
+    _lease(client, node, epoch)
+    claim = _claim(client, client_id, node, epoch, identity=identity)
+    assert claim.outcome != ClaimOutcome.FENCED
+    drop_lease(client, KEYS, node)
 
 
 def test_first_claim_and_reclaim_by_the_owner(client: redis.Redis) -> None:
@@ -98,10 +107,10 @@ def test_live_owner_is_reported_then_handed_over(client: redis.Redis) -> None:
 
 def test_dead_owner_claim_is_taken_directly(client: redis.Redis) -> None:
     _lease(client, "b-0", 1)
-    _claim(client, "c3", "d-0", 5)  # d-0 holds no lease at all
+    _claim_then_die(client, "c3", "d-0", 5)  # d-0 holds no lease at all now
     assert _claim(client, "c3", "b-0", 1).outcome == ClaimOutcome.RESTORED
+    _claim_then_die(client, "c4", "d-0", 5)
     _lease(client, "d-0", 6)  # a newer run of d-0: the epoch-5 claim is dead too
-    _claim(client, "c4", "d-0", 5)
     assert _claim(client, "c4", "b-0", 1).outcome != ClaimOutcome.OWNED_ELSEWHERE
 
 
@@ -124,7 +133,7 @@ def test_release_only_by_the_owner(client: redis.Redis) -> None:
 
 
 def test_append_only_while_the_dead_owner_still_owns(client: redis.Redis) -> None:
-    _claim(client, "c7", "d-0", 2)
+    _claim_then_die(client, "c7", "d-0", 2)
     script, keys, args = append_if_owner(KEYS, "c7", ("d-0", 2), b"m1")
     assert client.eval(script, len(keys), *keys, *args) == [0, b"", 0]
     _lease(client, "b-0", 1)
@@ -155,7 +164,7 @@ def test_another_identity_never_inherits_a_stored_session_of_a_dead_owner(
     client: redis.Redis,
 ) -> None:
     _lease(client, "b-0", 1)
-    _claim(client, "i2", "d-0", 3, identity="user:b")  # d-0 holds no lease: dead
+    _claim_then_die(client, "i2", "d-0", 3, identity="user:b")  # d-0 holds no lease: dead
     client.rpush(KEYS.session_queue("i2"), b"for-b")
     assert _claim(client, "i2", "b-0", 1, identity="user:a").outcome == ClaimOutcome.FOREIGN
     resumed = _claim(client, "i2", "b-0", 1, identity="user:b")
@@ -179,7 +188,9 @@ def test_a_dead_owners_ended_session_is_free_for_anyone(client: redis.Redis) -> 
         KEYS, "i4", "d-0", 4, clean_start=True, durable=False, want_state=False,
         protocol_version=5, expiry_interval=0, identity="user:b",
     )  # fmt: skip
+    _lease(client, "d-0", 4)
     _run(client, call)  # a non-persistent session of a node that died: nothing stored
+    drop_lease(client, KEYS, "d-0")
     assert _claim(client, "i4", "b-0", 1, identity="user:a").outcome == ClaimOutcome.CLAIMED
 
 
@@ -188,3 +199,40 @@ def test_records_without_an_identity_are_not_checked(client: redis.Redis) -> Non
     _claim(client, "i5", "a-0", 1)  # written without an identity (before they were recorded)
     assert _claim(client, "i5", "a-0", 1, identity="user:a").outcome == ClaimOutcome.RESTORED
     assert _claim(client, "i5", "a-0", 1, identity="user:b").outcome == ClaimOutcome.FOREIGN
+
+
+def test_a_claim_by_a_run_without_its_lease_is_fenced(client: redis.Redis) -> None:
+    """A node whose lease expired (paused past its TTL) or whose node id restarted since
+    (a newer epoch) claims nothing, and changes nothing on the way."""
+    drop_lease(client, KEYS, "f-0")
+    assert _claim(client, "f1", "f-0", 7).outcome == ClaimOutcome.FENCED
+    assert not client.exists(KEYS.session_owner("f1"), KEYS.session_state("f1"))
+    assert not client.sismember(KEYS.node_sessions("f-0"), "f1")
+    _lease(client, "b-0", 1)
+    _claim(client, "f2", "b-0", 1)
+    client.rpush(KEYS.session_queue("f2"), b"for-b")
+    owner = client.get(KEYS.session_owner("f2"))
+    _lease(client, "f-0", 8)  # f-0 restarted: the epoch-7 run is stale
+    for expected in (None, ("b-0", 1)):  # even one sure it was handed the session over
+        stale = _claim(client, "f2", "f-0", 7, clean=True, expected=expected)
+        assert stale.outcome == ClaimOutcome.FENCED
+    assert client.get(KEYS.session_owner("f2")) == owner
+    assert client.lrange(KEYS.session_queue("f2"), 0, -1) == [b"for-b"]
+    assert client.sismember(KEYS.node_sessions("b-0"), "f2")
+    assert _claim(client, "f2", "f-0", 8, expected=("b-0", 1)).outcome == ClaimOutcome.RESTORED
+
+
+def test_a_release_by_a_run_without_its_lease_is_fenced(client: redis.Redis) -> None:
+    _lease(client, "g-0", 2)
+    _claim(client, "g1", "g-0", 2)
+    client.rpush(KEYS.session_queue("g1"), b"kept")
+    drop_lease(client, KEYS, "g-0")  # paused past its lease TTL
+    assert _run(client, release_session(KEYS, "g1", "g-0", 2)) == ReleaseOutcome.FENCED
+    _lease(client, "g-0", 3)  # back under a new epoch: the old run's release is still stale
+    assert _run(client, release_session(KEYS, "g1", "g-0", 2)) == ReleaseOutcome.FENCED
+    assert client.exists(KEYS.session_owner("g1"), KEYS.session_state("g1")) == 2
+    assert client.lrange(KEYS.session_queue("g1"), 0, -1) == [b"kept"]
+    assert client.sismember(KEYS.node_sessions("g-0"), "g1")
+    _lease(client, "g-0", 2)
+    assert _run(client, release_session(KEYS, "g1", "g-0", 2)) == ReleaseOutcome.RELEASED
+    assert not client.exists(KEYS.session_owner("g1"), KEYS.session_queue("g1"))
