@@ -53,6 +53,14 @@ def add_survivability_arguments(p: argparse.ArgumentParser) -> None:
         help="command line that starts the killed node again (shell words; default: no restart)",
     )
     p.add_argument("--pairs", type=int, default=200, help="publisher/subscriber pairs")
+    p.add_argument(
+        "--qos2-pairs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="how many of the pairs run at QoS 2 (default: half; the others at QoS 1); QoS 2 "
+        "duplicates are reported apart and fail the run",
+    )
     p.add_argument("--rate", type=float, default=1000.0, help="total messages/s")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of publishing")
     p.add_argument("--kill-at", type=float, default=10.0, help="seconds after the start")
@@ -86,6 +94,9 @@ def survivability_main(args: argparse.Namespace) -> int:
     if len(nodes) < 2:
         print("xmq bench survivability: give at least two --node HOST:PORT", file=sys.stderr)
         return 2
+    if args.qos2_pairs is not None and not 0 <= args.qos2_pairs <= args.pairs:
+        print("xmq bench survivability: --qos2-pairs must be 0..--pairs", file=sys.stderr)
+        return 2
     kill = len(nodes) - 1
     if args.kill_node is not None:
         if _node(args.kill_node) not in nodes:
@@ -109,6 +120,7 @@ def survivability_main(args: argparse.Namespace) -> int:
         broker_pids=tuple(args.broker_pid),
         redis_url=args.redis_url,
         fault=FaultOptions(args.fault, args.fault_for, args.victim_http),
+        qos2_pairs=args.pairs // 2 if args.qos2_pairs is None else args.qos2_pairs,
     )
     try:
         result = uvloop.run(run_survivability(options))

@@ -45,6 +45,10 @@ class SurvivabilityResult:
     received: int = 0
     missing: int = 0
     duplicates: int = 0
+    """Every second copy (QoS 1 and QoS 2)."""
+    qos2_duplicates: int = 0
+    """Second copies of QoS 2 messages (must be 0)."""
+    qos2_pairs: int = 0
     pairs_hit: dict[int, tuple[int, int]] = field(default_factory=dict)
     """Pair index -> (missing, duplicates), for the pairs with either."""
     reconnects: list[float] = field(default_factory=list)
@@ -68,6 +72,7 @@ class SurvivabilityResult:
     def passed(self) -> bool:
         return (
             self.missing == 0
+            and self.qos2_duplicates == 0
             and self.gave_up == 0
             and self.sessions_lost == 0
             and self.takeover_both_live == 0
@@ -139,14 +144,16 @@ def render_survivability(result: SurvivabilityResult) -> str:
     )
     lines = [
         f"survivability: {result.pairs} persistent pairs at {result.offered_rate:,.0f} msg/s "
-        f"(QoS 1), fault: {result.fault}",
+        f"({result.pairs - result.qos2_pairs} QoS 1, {result.qos2_pairs} QoS 2), "
+        f"fault: {result.fault}",
         f"  fault              {result.victim} (pid {result.victim_pid}) at "
         f"{result.killed_at_s:.1f} s: {result.fault_note}; {restart}",
         f"  messages sent      {result.sent:,}",
         f"  received           {result.received:,}",
         f"  missing            {result.missing:,}",
-        f"  duplicates         {result.duplicates:,} (QoS 1: allowed, counted; the load is "
-        "QoS 1, so QoS 2 duplicates: n/a)",
+        f"  duplicates         QoS 1 {result.duplicates - result.qos2_duplicates:,} (allowed, "
+        f"counted), QoS 2 {result.qos2_duplicates:,} (must be 0)"
+        + ("" if result.qos2_pairs else ": no QoS 2 pairs"),
         f"  pairs hit          {len(result.pairs_hit)} of {result.pairs}"
         + (f" {dict(list(result.pairs_hit.items())[:10])}" if result.pairs_hit else ""),
     ]

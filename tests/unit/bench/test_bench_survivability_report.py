@@ -37,6 +37,9 @@ def test_reconnect_distribution_and_verdict() -> None:
     lossy = _result()
     lossy.missing = 1
     assert not lossy.passed
+    twice = _result()
+    twice.qos2_pairs, twice.qos2_duplicates = 2, 1  # a QoS 2 duplicate fails the run
+    assert not twice.passed
     assert SurvivabilityResult().reconnect_stats() == {}
 
 
@@ -44,7 +47,7 @@ def test_table_and_json_records() -> None:
     result = _result()
     text = render_survivability(result)
     assert "PASS" in text
-    assert "duplicates         3" in text
+    assert "duplicates         QoS 1 3 (allowed, counted), QoS 2 0 (must be 0)" in text
     assert "p50 2.00 s" in text
     summary = json.loads(json.dumps(result.summary_record()))
     assert summary["type"] == "summary"
