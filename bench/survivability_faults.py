@@ -2,14 +2,16 @@
 
 Starts, per fault, a throw-away ``redis-server`` (``appendonly yes``, ``appendfsync always``:
 an acknowledged write survives the ``redis-restart`` SIGKILL) and N ``xmq serve`` nodes on
-loopback (``lease_ttl_s``, ``max_queued_writes`` as given; node N serves its HTTP endpoint for
-``drain``), runs the bench CLI against them with the last node as the victim, stops everything
-and goes on with the next fault. ``link-reset`` needs root (``ss -K``). The table has, per
-fault: messages sent, received, missing, QoS 1 and QoS 2 duplicates, sessions lost, verdict.
+loopback (``lease_ttl_s``, ``max_queued_writes`` as given; each serves its HTTP endpoint), runs
+the bench CLI against them with the last node as the victim (``drain``: the last node, then
+``--drains`` - 1 more, last to first, ``--fault-for`` s apart), stops everything and goes on
+with the next fault. ``link-reset`` needs root (``ss -K``). The table has, per fault: messages
+sent, received, missing, QoS 1 and QoS 2 duplicates, sessions lost, verdict.
 
     .venv/bin/python bench/survivability_faults.py [--faults kill,drain,...] [--nodes 3] \\
         [--pairs 12] [--qos2-pairs 6] [--rate 120] [--duration 10] [--fault-at 2] \\
-        [--fault-for 4] [--lease-ttl 3] [--max-queued-writes 0] [--out DIR]
+        [--fault-for 4] [--lease-ttl 3] [--max-queued-writes 0] [--drains 1] \\
+        [--reconnect next|random] [--out DIR]
 
 The JSON lines of every run (``--json``) and each node's log are kept in ``--out``.
 """
@@ -66,7 +68,7 @@ class Cluster:
         self.redis_url = ""
         self.nodes: list[int] = []
         self.commands: list[list[str]] = []
-        self.http_port = 0
+        self.http_ports: list[int] = []
 
 
 @contextmanager
@@ -88,7 +90,7 @@ def cluster(args: argparse.Namespace, out: Path, name: str) -> Iterator[Cluster]
         started.redis_url = f"redis://127.0.0.1:{redis_port}/0"
         for index in range(1, args.nodes + 1):
             port = free_port()
-            http = free_port() if index == args.nodes else 0
+            http = free_port()
             config = data / f"node-{index}.yaml"
             config.write_text(
                 f"node_id: node-{index}\n"
@@ -102,12 +104,8 @@ def cluster(args: argparse.Namespace, out: Path, name: str) -> Iterator[Cluster]
                 "  link_port: 0\n"
                 "persistence:\n"
                 f"  max_queued_writes: {args.max_queued_writes}\n"
-                + (
-                    f"metrics: {{enabled: true, host: 127.0.0.1, port: {http}}}\n"
-                    if http
-                    else "metrics: {enabled: false}\n"
-                )
-                + "log: {level: WARNING}\n"
+                + f"metrics: {{enabled: true, host: 127.0.0.1, port: {http}}}\n"
+                + f"log: {{level: {args.log_level}}}\n"
             )
             command = [sys.executable, "-m", "xmq", "serve", "--config", str(config)]
             log = (out / f"{name}-node-{index}.log").open("ab")
@@ -115,8 +113,7 @@ def cluster(args: argparse.Namespace, out: Path, name: str) -> Iterator[Cluster]
             started.processes.append(node)
             started.nodes.append(port)
             started.commands.append(command)
-            if http:
-                started.http_port = http
+            started.http_ports.append(http)
         for port, node in zip(started.nodes, started.processes[1:], strict=True):
             wait_listening(port, node, f"node on {port}")
         time.sleep(args.lease_ttl)  # the nodes see each other
@@ -154,7 +151,10 @@ def run_fault(args: argparse.Namespace, fault: str, out: Path) -> dict[str, Any]
         if fault == "kill":
             command += ["--restart-cmd", " ".join(started.commands[-1])]
         if fault == "drain":
-            command += ["--victim-http", f"127.0.0.1:{started.http_port}"]
+            command += ["--victim-http", f"127.0.0.1:{started.http_ports[-1]}"]
+            for http in reversed(started.http_ports[-args.drains : -1]):  # the one before, ...
+                command += ["--also-drain", f"127.0.0.1:{http}"]
+        command += ["--reconnect", args.reconnect]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         (out / f"{name}.txt").write_text(done.stdout + done.stderr)
         # the node the bench started again (kill) runs on: stop it (our config, our pid)
@@ -184,6 +184,9 @@ def main() -> int:
     parser.add_argument("--fault-for", type=float, default=4.0)
     parser.add_argument("--lease-ttl", type=float, default=3.0)
     parser.add_argument("--max-queued-writes", type=int, default=0)
+    parser.add_argument("--drains", type=int, default=1, help="drain: how many nodes, in turn")
+    parser.add_argument("--reconnect", choices=("next", "random"), default="next")
+    parser.add_argument("--log-level", default="WARNING", help="the nodes' (logs in --out)")
     parser.add_argument("--out", type=Path, default=Path(".bench-out/survivability-faults"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -39,8 +39,8 @@ PREFIX = "xqp"
 _networks = itertools.count()
 
 
-def _run(args: Sequence[str], stdin: str | None = None) -> None:
-    done = subprocess.run(list(args), input=stdin, capture_output=True, text=True, check=False)
+def _run(args: Sequence[str]) -> None:
+    done = subprocess.run(list(args), capture_output=True, text=True, check=False)
     if done.returncode:
         raise RuntimeError(f"{' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
 
@@ -152,23 +152,29 @@ class NamespaceNetwork:
     def cut(self, member: str, others: Sequence[str]) -> None:
         """Drop every packet between ``member`` and ``others``, both ways, on the bridge (in
         the network, not at either end: their sends succeed and go unanswered)."""
-        one = self.members[member]
-        peers = ", ".join(self.members[other] for other in others)
-        rules = (
-            f"table bridge {self._cut_table(member)} {{\n"
-            "  chain forward {\n"
-            "    type filter hook forward priority 0;\n"
-            f"    ip saddr {one} ip daddr {{ {peers} }} drop\n"
-            f"    ip saddr {{ {peers} }} ip daddr {one} drop\n"
-            "  }\n"
-            "}\n"
-        )
-        _run(["ip", "netns", "exec", self.hub, "nft", "-f", "-"], stdin=rules)
+        _run(self.cut_command(member, others))
 
     def heal(self, member: str) -> None:
         """Remove ``member``'s cut."""
+        _run(self.heal_command(member))
+
+    def cut_command(self, member: str, others: Sequence[str]) -> list[str]:
+        """The argv of :meth:`cut` (e.g. for ``xmq bench survivability --cut-cmd``)."""
         table = self._cut_table(member)
-        _run(["ip", "netns", "exec", self.hub, "nft", "delete", "table", "bridge", table])
+        one = self.members[member]
+        peers = ", ".join(self.members[other] for other in others)
+        rules = (
+            f"add table bridge {table}; "
+            f"add chain bridge {table} forward {{ type filter hook forward priority 0; }}; "
+            f"add rule bridge {table} forward ip saddr {one} ip daddr {{ {peers} }} drop; "
+            f"add rule bridge {table} forward ip saddr {{ {peers} }} ip daddr {one} drop"
+        )
+        return ["ip", "netns", "exec", self.hub, "nft", rules]
+
+    def heal_command(self, member: str) -> list[str]:
+        """The argv of :meth:`heal`."""
+        table = self._cut_table(member)
+        return ["ip", "netns", "exec", self.hub, "nft", "delete", "table", "bridge", table]
 
     @staticmethod
     def _cut_table(member: str) -> str:

@@ -69,11 +69,14 @@ class IntervalCounters:
 class CounterSink:
     """Holder of the worker's current counters, shared by all its connections."""
 
-    __slots__ = ("counters", "disconnect_reasons", "live")
+    __slots__ = ("ack_errors", "counters", "disconnect_reasons", "live")
 
     def __init__(self) -> None:
         self.counters = IntervalCounters()
         self.disconnect_reasons: dict[int, int] = {}
+        self.ack_errors: dict[int, int] = {}
+        """PUBACK / PUBREC reason codes >= 0x80 or 0x10 (not stored, or stored for nobody)
+        received by publishers: reason -> count."""
         self.live = 0
 
     def record_lag(self, lag_us: int) -> None:
@@ -229,6 +232,9 @@ class BenchConnection(asyncio.Protocol):
                     else:
                         counters.duplicates += 1
             elif kind == 4:
+                if length > 2 and (data[start + 2] >= 0x80 or data[start + 2] == 0x10):
+                    errors = self.sink.ack_errors
+                    errors[data[start + 2]] = errors.get(data[start + 2], 0) + 1
                 self.inflight -= 1
                 if self.backlog:
                     self.backlog -= 1
@@ -261,6 +267,9 @@ class BenchConnection(asyncio.Protocol):
             return b"\x70\x02" + head
         if packet_id not in self.qos2_out:
             return None
+        if kind == 5 and len(body) > 2 and (body[2] >= 0x80 or body[2] == 0x10):
+            errors = self.sink.ack_errors
+            errors[body[2]] = errors.get(body[2], 0) + 1
         if kind == 5 and not (len(body) > 2 and body[2] >= 0x80):
             self.qos2_out[packet_id] = None  # received: PUBREL, then wait for the PUBCOMP
             return b"\x62\x02" + head

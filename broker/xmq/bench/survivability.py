@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
 import signal
 import subprocess
 import time
@@ -72,6 +73,9 @@ class SurvivabilityOptions:
     """What happens at ``kill_at_s`` (default: SIGKILL of the victim node)."""
     qos2_pairs: int = 0
     """How many of the pairs (the last ones) publish and subscribe at QoS 2."""
+    reconnect: str = "next"
+    """Where a client whose connection broke goes: the ``next`` node in order, or a
+    ``random`` other one (as behind a load balancer)."""
 
     def qos_of(self, pair: int) -> int:
         return 2 if pair >= self.pairs - self.qos2_pairs else 1
@@ -203,7 +207,10 @@ class Client:
             attempts = 0
             reopened: BenchConnection | None = None
             while reopened is None:
-                node = (node + 1) % len(options.nodes)
+                if options.reconnect == "random":
+                    node = random.choice([n for n in range(len(options.nodes)) if n != node])
+                else:
+                    node = (node + 1) % len(options.nodes)
                 attempts += 1
                 try:
                     reopened = await self.open(node)
@@ -302,6 +309,11 @@ async def _inject(run: Run, t0: float) -> None:
             new = await asyncio.to_thread(faults.restart_redis, pid, options.redis_url or "")
             result.fault_note = f"Redis pid {pid} killed, restarted as pid {new}"
         return
+    if fault.kind == "partition":
+        result.killed_at_s = time.monotonic() - t0
+        await asyncio.to_thread(faults.partition, fault.cut_cmd, fault.heal_cmd, fault.duration_s)
+        result.fault_note = f"partition for {fault.duration_s:.1f} s: {' '.join(fault.cut_cmd)}"
+        return
     if fault.kind == "takeover":
         result.killed_at_s = time.monotonic() - t0
         chosen = run.subscribers[:: max(1, 10)]
@@ -324,8 +336,11 @@ async def _inject(run: Run, t0: float) -> None:
         result.fault_note = f"node stopped (SIGSTOP) {fault.duration_s:.1f} s"
         return
     if fault.kind == "drain":
-        answer = await asyncio.to_thread(faults.drain, fault.victim_http)
-        result.fault_note = f"drain: {answer}"
+        answers = [await asyncio.to_thread(faults.drain, fault.victim_http)]
+        for http in fault.also_drain:
+            await asyncio.sleep(fault.duration_s)
+            answers.append(await asyncio.to_thread(faults.drain, http))
+        result.fault_note = "drain: " + "; then ".join(answers)
         return
     if fault.kind == "link-reset":
         reset = faults.reset_links(victim, tuple(result.broker_pids))
@@ -426,6 +441,7 @@ async def run_survivability(options: SurvivabilityOptions) -> SurvivabilityResul
             result.qos2_duplicates += tally.duplicates
         if tally.missing or tally.duplicates:
             result.pairs_hit[publisher.index] = (tally.missing, tally.duplicates)
+    result.ack_errors = dict(run.sink.ack_errors)
     result.pairs = options.pairs
     result.qos2_pairs = options.qos2_pairs
     result.offered_rate = options.rate

@@ -39,12 +39,30 @@ def add_survivability_arguments(p: argparse.ArgumentParser) -> None:
         "/admin/drain to --victim-http), stop (SIGSTOP the node --fault-for s), redis-stop "
         "(SIGSTOP Redis --fault-for s; needs --redis-url), redis-restart (SIGKILL Redis and "
         "start it again; needs --redis-url), link-reset (ss -K the node's links, root), "
-        "takeover (a tenth of the subscribers connect to two nodes at once)",
+        "takeover (a tenth of the subscribers connect to two nodes at once), partition "
+        "(--cut-cmd, then --heal-cmd --fault-for s later)",
     )
     p.add_argument("--fault-for", type=float, default=5.0, help="seconds of stop / redis-stop")
     p.add_argument(
         "--victim-http", default="", metavar="HOST:PORT", help="the node's HTTP port (drain)"
     )
+    p.add_argument(
+        "--also-drain",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="drain: the HTTP port of another node to drain --fault-for s after the previous "
+        "one (repeat: a roll)",
+    )
+    p.add_argument(
+        "--reconnect",
+        choices=("next", "random"),
+        default="next",
+        help="where a client goes when its connection breaks: the next node, or a random other "
+        "one (as behind a load balancer)",
+    )
+    p.add_argument("--cut-cmd", default="", metavar="CMD", help="partition: cuts (shell words)")
+    p.add_argument("--heal-cmd", default="", metavar="CMD", help="partition: heals (shell words)")
     p.add_argument("--victim-pid", type=int, default=None, help="its PID (default: by its port)")
     p.add_argument(
         "--restart-cmd",
@@ -119,7 +137,15 @@ def survivability_main(args: argparse.Namespace) -> int:
         protocol=MQTT_V5 if args.mqtt == "5" else MQTT_V311,
         broker_pids=tuple(args.broker_pid),
         redis_url=args.redis_url,
-        fault=FaultOptions(args.fault, args.fault_for, args.victim_http),
+        fault=FaultOptions(
+            args.fault,
+            args.fault_for,
+            args.victim_http,
+            tuple(args.also_drain),
+            tuple(shlex.split(args.cut_cmd)),
+            tuple(shlex.split(args.heal_cmd)),
+        ),
+        reconnect=args.reconnect,
         qos2_pairs=args.pairs // 2 if args.qos2_pairs is None else args.qos2_pairs,
     )
     try:

@@ -65,6 +65,9 @@ class SurvivabilityResult:
     fault: str = "kill"
     fault_note: str = ""
     """What the fault did (e.g. how many link connections were reset)."""
+    ack_errors: dict[int, int] = field(default_factory=dict)
+    """Publisher acks with reason 0x10 or >= 0x80: reason -> count (their messages were not
+    stored for the subscriber: they count as missing)."""
     takeover_both_live: int = 0
     """``takeover``: client ids left with two live connections (must be 0)."""
 
@@ -118,6 +121,7 @@ class SurvivabilityResult:
         record = dataclasses.asdict(self)
         del record["intervals"]
         record["pairs_hit"] = {str(k): list(v) for k, v in self.pairs_hit.items()}
+        record["ack_errors"] = {f"0x{k:02x}": v for k, v in self.ack_errors.items()}
         return {
             "type": "summary",
             "scenario": "survivability",
@@ -154,6 +158,11 @@ def render_survivability(result: SurvivabilityResult) -> str:
         f"  duplicates         QoS 1 {result.duplicates - result.qos2_duplicates:,} (allowed, "
         f"counted), QoS 2 {result.qos2_duplicates:,} (must be 0)"
         + ("" if result.qos2_pairs else ": no QoS 2 pairs"),
+        "  ack errors         "
+        + (
+            ", ".join(f"0x{code:02x}: {count}" for code, count in sorted(result.ack_errors.items()))
+            or "none"
+        ),
         f"  pairs hit          {len(result.pairs_hit)} of {result.pairs}"
         + (f" {dict(list(result.pairs_hit.items())[:10])}" if result.pairs_hit else ""),
     ]

@@ -181,6 +181,17 @@ async def test_qos2_publisher_resumes_its_exchanges_on_a_new_connection() -> Non
     assert list(new.qos2_out) == [1, 2, 3]  # packet ids go on from the old connection's
 
 
+async def test_publisher_counts_acks_that_did_not_store_the_message() -> None:
+    connection, _, sink = _connected(template=PublishTemplate("t", qos=1))
+    connection.data_received(_connack())
+    connection.publish(3, now_ns=5)
+    connection.data_received(b"\x40\x02\x00\x01")  # success (reason omitted)
+    connection.data_received(b"\x40\x03\x00\x02\x10")  # no matching subscribers
+    connection.data_received(b"\x40\x03\x00\x03\x80")  # unspecified error
+    assert sink.ack_errors == {0x10: 1, 0x80: 1}
+    assert connection.inflight == 0
+
+
 async def test_connection_lost_fails_pending_connack() -> None:
     connection, _, sink = _connected()
     connection.connection_lost(None)
