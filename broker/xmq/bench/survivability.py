@@ -423,6 +423,11 @@ async def run_survivability(options: SurvivabilityOptions) -> SurvivabilityResul
         schedule.stop()
         sampler.cancel()
         run.sample(t0)
+        for publisher in run.publishers:
+            connection = publisher.connection
+            result.unacknowledged += publisher.pending + (
+                connection.inflight + connection.backlog if connection is not None else 0
+            )
         for client in (*run.publishers, *run.subscribers):
             client.close()
         await wait_closed_or_abort(

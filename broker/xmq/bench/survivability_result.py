@@ -65,6 +65,9 @@ class SurvivabilityResult:
     fault: str = "kill"
     fault_note: str = ""
     """What the fault did (e.g. how many link connections were reset)."""
+    unacknowledged: int = 0
+    """Messages the publishers had sent (or had due) without an acknowledgement when the run
+    ended: counted as missing if their subscriber did not get them."""
     ack_errors: dict[int, int] = field(default_factory=dict)
     """Publisher acks with reason 0x10 or >= 0x80: reason -> count (their messages were not
     stored for the subscriber: they count as missing)."""
@@ -158,6 +161,7 @@ def render_survivability(result: SurvivabilityResult) -> str:
         f"  duplicates         QoS 1 {result.duplicates - result.qos2_duplicates:,} (allowed, "
         f"counted), QoS 2 {result.qos2_duplicates:,} (must be 0)"
         + ("" if result.qos2_pairs else ": no QoS 2 pairs"),
+        f"  unacknowledged     {result.unacknowledged:,} at the end (sent or due, no ack)",
         "  ack errors         "
         + (
             ", ".join(f"0x{code:02x}: {count}" for code, count in sorted(result.ack_errors.items()))

@@ -60,6 +60,7 @@ def test_table_and_json_records() -> None:
     assert [r["connected"] for r in records] == [8, 6]
     result.ack_errors = {0x10: 2}
     assert "ack errors         0x10: 2" in render_survivability(result)
+    assert "unacknowledged     0 at the end" in render_survivability(result)
     assert result.summary_record()["ack_errors"] == {"0x10": 2}
 
 
