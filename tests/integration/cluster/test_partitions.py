@@ -144,14 +144,13 @@ def test_a_node_cut_from_redis_but_not_from_its_peers_loses_nothing(
     once its lease is gone. Nothing acknowledged may be lost.
 
     Known QoS 2 duplicates (docs/cluster.md "Limits"), for which the test is marked xfail
-    with the count (a missing message always fails it): (1) a QoS 2 PUBLISH that node 3 read
+    with the count (a missing message always fails it): a QoS 2 PUBLISH that node 3 read
     between the cut and its self-fence (90 % of the TTL) is routed to the other nodes at once
     (they record and deliver it) while its packet id's ``SADD`` cannot reach Redis, so no
     PUBREC goes out; the publisher sends it again (DUP) to the node it moves to, which has no
-    record of the id and routes it a second time (~25 per subscriber, every run); (2) rarely,
-    one message published on the node a subscriber of node 3 moved to, just after it moved,
-    that also went to node 3 over the link being dialled again: when that link is given up,
-    the copy node 3 never confirmed is delivered to the session a second time.
+    record of the id and routes it a second time (~25 per subscriber, every run). Some runs
+    add copies at node 3's own subscriber after it moved (node 3's writes retried when Redis
+    comes back are not fenced by its lost lease).
     """
 
     def fault() -> None:
