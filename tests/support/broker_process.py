@@ -24,9 +24,13 @@ class BrokerProcess:
         config_yaml: str | None = None,
         extra_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+        wrapper: Sequence[str] = (),
     ) -> None:
+        """``host``: the MQTT listener's address; ``wrapper``: argv the command runs under,
+        which must exec it (e.g. ``ip netns exec NS``: ``proc.pid`` stays the broker's)."""
         self._tmp = tempfile.TemporaryDirectory(prefix="xmq-test-")
-        args = [sys.executable, "-m", "xmq", "serve", "--host", "127.0.0.1", "--port", "0"]
+        args = [*wrapper, sys.executable, "-m", "xmq", "serve", "--host", host, "--port", "0"]
         if config_yaml is not None:
             path = Path(self._tmp.name) / "xmq.yaml"
             path.write_text(config_yaml)

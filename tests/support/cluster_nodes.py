@@ -33,8 +33,10 @@ def node_yaml(
     max_queued_writes: int,
     metrics: bool = False,
     persistence: str = "",
+    link_host: str = "127.0.0.1",
 ) -> str:
-    """A node's config; ``metrics``: serve /metrics on a free loopback port (``ports``);
+    """A node's config; ``link_host``: the address its cluster link listens on; ``metrics``:
+    serve /metrics on a free loopback port (``ports``);
     ``persistence``: more lines of the persistence section (e.g. ``  wait_replicas: 1\n``)."""
     endpoint = (
         "  enabled: true\n  host: 127.0.0.1\n  port: 0\n" if metrics else "  enabled: false\n"
@@ -44,7 +46,7 @@ def node_yaml(
         f"  redis_url: {redis_url}\n"
         f"  name: {cluster}\n"
         f"  lease_ttl_s: {lease_ttl_s}\n"
-        "  link_host: 127.0.0.1\n"
+        f"  link_host: {link_host}\n"
         "  link_port: 0\n"
         "persistence:\n"
         f"  max_queued_writes: {max_queued_writes}\n"
@@ -84,7 +86,13 @@ class ClusterNodes:
         self.nodes: dict[int, BrokerProcess] = {}
         self._all: list[BrokerProcess] = []
 
+    def place(self, index: int) -> tuple[str, tuple[str, ...]]:
+        """Node ``index``'s address (its listener and link) and the argv it runs under
+        (loopback, none; a subclass may put each node in a network namespace)."""
+        return "127.0.0.1", ()
+
     def start(self, index: int, env: dict[str, str] | None = None) -> BrokerProcess:
+        host, wrapper = self.place(index)
         yaml = node_yaml(
             self.url,
             self.cluster,
@@ -92,9 +100,15 @@ class ClusterNodes:
             self.max_queued_writes,
             self.metrics,
             self.persistence,
+            link_host=host,
         )
         yaml += self.extra_yaml
-        process = BrokerProcess(yaml, env={"XMQ_NODE_ID": f"node-{index}", **(env or {})})
+        process = BrokerProcess(
+            yaml,
+            env={"XMQ_NODE_ID": f"node-{index}", **(env or {})},
+            host=host,
+            wrapper=wrapper,
+        )
         self.nodes[index] = process
         self._all.append(process)
         return process

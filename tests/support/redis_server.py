@@ -111,12 +111,15 @@ def running_redis(
     decode_responses: bool = False,
     appendfsync: str = "everysec",
     extra_args: tuple[str, ...] = (),
+    bind: str = "127.0.0.1",
+    wrapper: tuple[str, ...] = (),
 ) -> Iterator[RedisServer]:
     """Start redis-server on loopback with a temp dir; stop it afterwards.
 
     ``decode_responses``: the server's ``client()`` answers ``str`` instead of ``bytes``.
     ``appendfsync``: with ``appendonly``, ``always`` makes every answered write survive a
-    SIGKILL of Redis (``restart``).
+    SIGKILL of Redis (``restart``). ``bind``: the address it listens on; ``wrapper``: argv it
+    runs under, which must exec it (``ip netns exec NS``: the pid stays Redis's).
     """
     binary = shutil.which("redis-server") or "/usr/bin/redis-server"
     if not os.path.exists(binary):
@@ -124,9 +127,10 @@ def running_redis(
     with tempfile.TemporaryDirectory(prefix="xmq-redis-") as data_dir:
         port = free_port()
         args = [
+            *wrapper,
             binary,
             "--bind",
-            "127.0.0.1",
+            bind,
             "--port",
             str(port),
             "--save",
@@ -140,7 +144,7 @@ def running_redis(
             *extra_args,
         ]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        server = RedisServer(proc, "127.0.0.1", port, decode_responses, args)
+        server = RedisServer(proc, bind, port, decode_responses, args)
         try:
             wait_answering(server)
             yield server

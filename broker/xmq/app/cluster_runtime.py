@@ -178,7 +178,7 @@ class ClusterRuntime:
 
         self.hub.peer_alive = peer_alive
         self.dead_peers = DeadPeers(
-            self.lease_client, self.keys, cluster.lease_ttl_s, self.hub.refused
+            self.lease_client, self.keys, cluster.lease_ttl_s, self.hub.refuses
         )
         self.hub.peer_refused = self.dead_peers.watch
         deadline = asyncio.get_running_loop().time() + 30

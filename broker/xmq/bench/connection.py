@@ -3,6 +3,12 @@
 Inbound PUBLISH frames are split, acknowledged (PUBACKs of one read are written together) and
 accounted without building any object per message: the 16-byte payload is always the last 16
 bytes of the frame, so topic and properties need not be parsed.
+
+QoS 2 (the survivability scenario): a publisher keeps each PUBLISH until its PUBREC and each id
+until its PUBCOMP (``qos2_out``; a reconnect resumes them: PUBLISH again with DUP, or PUBREL);
+a subscriber answers PUBREC, keeps the id until PUBREL (``qos2_in``, the session's, shared by
+its connections) and counts a PUBLISH whose id it still keeps as the same message sent again,
+not as a duplicate (MQTT 4.3.3: the receiver's packet id state is what makes it exactly once).
 """
 
 from __future__ import annotations
@@ -63,11 +69,14 @@ class IntervalCounters:
 class CounterSink:
     """Holder of the worker's current counters, shared by all its connections."""
 
-    __slots__ = ("counters", "disconnect_reasons", "live")
+    __slots__ = ("ack_errors", "counters", "disconnect_reasons", "live")
 
     def __init__(self) -> None:
         self.counters = IntervalCounters()
         self.disconnect_reasons: dict[int, int] = {}
+        self.ack_errors: dict[int, int] = {}
+        """PUBACK / PUBREC reason codes >= 0x80 or 0x10 (not stored, or stored for nobody)
+        received by publishers: reason -> count."""
         self.live = 0
 
     def record_lag(self, lag_us: int) -> None:
@@ -93,8 +102,13 @@ class BenchConnection(asyncio.Protocol):
         trackers: dict[int, SeqTracker] | None = None,
         template: PublishTemplate | None = None,
         publisher_id: int = -1,
+        qos2_in: set[int] | None = None,
     ) -> None:
         self.sink = sink
+        self.qos2_in: set[int] = qos2_in if qos2_in is not None else set()
+        """Inbound QoS 2 ids received (PUBREC sent), not yet released (the session's state)."""
+        self.qos2_out: dict[int, bytes | None] = {}
+        """Outbound QoS 2: id -> PUBLISH awaiting its PUBREC, or None awaiting its PUBCOMP."""
         self.protocol = protocol
         self.trackers: dict[int, SeqTracker] = trackers if trackers is not None else {}
         self.template = template
@@ -164,10 +178,19 @@ class BenchConnection(asyncio.Protocol):
             if kind == 3:
                 if first & 0x06:
                     at = start + 2 + ((data[start] << 8) | data[start + 1])
-                    if acks is None:
-                        acks = [b"\x40\x02" + data[at : at + 2]]
+                    if first & 0x04:  # QoS 2: PUBREC; an id still kept: the same message again
+                        ack = b"\x50\x02" + data[at : at + 2]
+                        packet_id = (data[at] << 8) | data[at + 1]
+                        if packet_id in self.qos2_in:
+                            length = 0  # not counted again
+                        else:
+                            self.qos2_in.add(packet_id)
                     else:
-                        acks.append(b"\x40\x02" + data[at : at + 2])
+                        ack = b"\x40\x02" + data[at : at + 2]
+                    if acks is None:
+                        acks = [ack]
+                    else:
+                        acks.append(ack)
                 if length >= 18:
                     sent_ns, seq, publisher = _unpack_payload(data, end - 16)
                     tracker = trackers.get(publisher)
@@ -209,8 +232,21 @@ class BenchConnection(asyncio.Protocol):
                     else:
                         counters.duplicates += 1
             elif kind == 4:
+                if length > 2 and (data[start + 2] >= 0x80 or data[start + 2] == 0x10):
+                    errors = self.sink.ack_errors
+                    errors[data[start + 2]] = errors.get(data[start + 2], 0) + 1
                 self.inflight -= 1
                 if self.backlog:
+                    self.backlog -= 1
+                    self._send(1, now)
+            elif 5 <= kind <= 7:
+                reply = self._qos2_flow(kind, data[start:end])
+                if reply is not None:
+                    if acks is None:
+                        acks = [reply]
+                    else:
+                        acks.append(reply)
+                if kind == 7 and self.backlog:
                     self.backlog -= 1
                     self._send(1, now)
             else:
@@ -220,6 +256,41 @@ class BenchConnection(asyncio.Protocol):
             self._rest = data[pos:]
         if acks is not None and self.transport is not None:
             self.transport.write(acks[0] if len(acks) == 1 else b"".join(acks))
+
+    def _qos2_flow(self, kind: int, body: bytes) -> bytes | None:
+        """PUBREC (5) / PUBCOMP (7) of a QoS 2 publisher, PUBREL (6) to a subscriber; the
+        packet to answer with, if any."""
+        head = body[:2]
+        packet_id = int.from_bytes(head, "big")
+        if kind == 6:  # PUBREL: the exchange ends here
+            self.qos2_in.discard(packet_id)
+            return b"\x70\x02" + head
+        if packet_id not in self.qos2_out:
+            return None
+        if kind == 5 and len(body) > 2 and (body[2] >= 0x80 or body[2] == 0x10):
+            errors = self.sink.ack_errors
+            errors[body[2]] = errors.get(body[2], 0) + 1
+        if kind == 5 and not (len(body) > 2 and body[2] >= 0x80):
+            self.qos2_out[packet_id] = None  # received: PUBREL, then wait for the PUBCOMP
+            return b"\x62\x02" + head
+        del self.qos2_out[packet_id]  # PUBCOMP, or a PUBREC with an error: the exchange ends
+        self.inflight -= 1
+        return None
+
+    def resume_qos2(self, unfinished: dict[int, bytes | None], next_packet_id: int) -> None:
+        """After a CONNACK with Session Present: go on with the previous connection's QoS 2
+        exchanges (PUBLISH again with DUP for those without PUBREC, PUBREL for the others)."""
+        self.next_packet_id = next_packet_id
+        self.qos2_out = dict(unfinished)
+        self.inflight += len(unfinished)
+        frames = [
+            b"\x62\x02" + packet_id.to_bytes(2, "big")
+            if frame is None
+            else bytes((frame[0] | 0x08,)) + frame[1:]
+            for packet_id, frame in unfinished.items()
+        ]
+        if frames and self.transport is not None:
+            self.transport.write(b"".join(frames))
 
     # -- control path -----------------------------------------------------------------------
     def _control(self, frame: Frame) -> None:
@@ -279,9 +350,13 @@ class BenchConnection(asyncio.Protocol):
         seq = self.seq
         packet_id = self.next_packet_id
         frames = []
+        keep = self.qos2_out if template.qos == 2 else None
         for _ in range(count):
             packet_id = packet_id + 1 if packet_id < 65535 else 1
-            frames.append(template.encode(packet_id, now_ns, seq, publisher))
+            frame = template.encode(packet_id, now_ns, seq, publisher)
+            if keep is not None:
+                keep[packet_id] = frame
+            frames.append(frame)
             seq += 1
         self.seq = seq
         self.next_packet_id = packet_id

@@ -148,8 +148,8 @@ class PublishTemplate:
     __slots__ = ("_head", "_props", "qos")
 
     def __init__(self, topic: str, *, qos: int = 1, protocol: int = MQTT_V5) -> None:
-        if qos not in (0, 1):
-            raise ValueError("the load client publishes at QoS 0 or 1")
+        if qos not in (0, 1, 2):
+            raise ValueError("the load client publishes at QoS 0, 1 or 2")
         topic_bytes = encode_string(topic)
         props = b"\x00" if protocol == MQTT_V5 else b""
         remaining = len(topic_bytes) + (2 if qos else 0) + len(props) + PAYLOAD_SIZE

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import random
 import signal
 import subprocess
 import time
@@ -70,6 +71,14 @@ class SurvivabilityOptions:
     run_id: str = field(default_factory=lambda: f"{os.getpid():x}")
     fault: FaultOptions = field(default_factory=FaultOptions)
     """What happens at ``kill_at_s`` (default: SIGKILL of the victim node)."""
+    qos2_pairs: int = 0
+    """How many of the pairs (the last ones) publish and subscribe at QoS 2."""
+    reconnect: str = "next"
+    """Where a client whose connection broke goes: the ``next`` node in order, or a
+    ``random`` other one (as behind a load balancer)."""
+
+    def qos_of(self, pair: int) -> int:
+        return 2 if pair >= self.pairs - self.qos2_pairs else 1
 
     @property
     def victim_index(self) -> int:
@@ -95,7 +104,14 @@ class Client:
         self.client_id = f"xb{options.run_id}-sv-{role}{index}"
         self.topic = f"bench/{options.run_id}/surv/{index}"
         self.trackers: dict[int, SeqTracker] = {}
-        self.template = PublishTemplate(self.topic, qos=1, protocol=options.protocol)
+        self.qos = options.qos_of(index)
+        self.template = PublishTemplate(self.topic, qos=self.qos, protocol=options.protocol)
+        self.qos2_in: set[int] = set()
+        """A QoS 2 subscriber's ids received, not released (its session's, kept over
+        reconnects)."""
+        self.qos2_out: dict[int, bytes | None] = {}
+        """A QoS 2 publisher's unfinished exchanges when its connection broke."""
+        self.next_packet_id = 0
         self.connection: BenchConnection | None = None
         self.seq = 0
         self.pending = 0
@@ -117,6 +133,7 @@ class Client:
             trackers=self.trackers,
             template=self.template if self.publisher else None,
             publisher_id=self.index if self.publisher else -1,
+            qos2_in=self.qos2_in,
         )
         host, port = options.nodes[node]
         loop = asyncio.get_running_loop()
@@ -130,10 +147,12 @@ class Client:
         if connack.reason_code != 0:
             connection.disconnect()
             raise ConnectionRefusedError(f"CONNACK 0x{connack.reason_code:02x} from {host}:{port}")
+        if not connection.session_present:
+            self.qos2_in.clear()  # a new session: no packet id state
         if not self.publisher and not connection.session_present:
             async with asyncio.timeout(10):
                 codes = await connection.subscribe(
-                    encode_subscribe(1, [self.topic], qos=1, protocol=options.protocol)
+                    encode_subscribe(1, [self.topic], qos=self.qos, protocol=options.protocol)
                 )
             if any(code >= 0x80 for code in codes):
                 connection.disconnect()
@@ -141,6 +160,9 @@ class Client:
         self.node = node
         connection.seq = self.seq
         self.connection = connection
+        if self.qos2_out:  # a QoS 2 publisher's exchanges go on (a lost session: sent anew)
+            unfinished, self.qos2_out = self.qos2_out, {}
+            connection.resume_qos2(unfinished, self.next_packet_id)
         if self.pending:
             count, self.pending = self.pending, 0
             connection.publish(count, monotonic_ns())
@@ -169,16 +191,26 @@ class Client:
             if connection.closing:
                 return
             lost_at = time.monotonic()
-            # what the broker did not acknowledge is sent again, with the same sequence numbers
-            self.seq = connection.seq - connection.inflight
-            self.pending += connection.inflight + connection.backlog
+            if self.qos == 2:
+                # its unfinished exchanges go on after the reconnect (same packet ids)
+                self.seq = connection.seq
+                self.pending += connection.backlog
+                self.qos2_out = connection.qos2_out
+                self.next_packet_id = connection.next_packet_id
+            else:
+                # what the broker did not acknowledge is sent again, same sequence numbers
+                self.seq = connection.seq - connection.inflight
+                self.pending += connection.inflight + connection.backlog
             self.connection = None
             delay = options.backoff_initial_s
             node = self.node
             attempts = 0
             reopened: BenchConnection | None = None
             while reopened is None:
-                node = (node + 1) % len(options.nodes)
+                if options.reconnect == "random":
+                    node = random.choice([n for n in range(len(options.nodes)) if n != node])
+                else:
+                    node = (node + 1) % len(options.nodes)
                 attempts += 1
                 try:
                     reopened = await self.open(node)
@@ -277,6 +309,11 @@ async def _inject(run: Run, t0: float) -> None:
             new = await asyncio.to_thread(faults.restart_redis, pid, options.redis_url or "")
             result.fault_note = f"Redis pid {pid} killed, restarted as pid {new}"
         return
+    if fault.kind == "partition":
+        result.killed_at_s = time.monotonic() - t0
+        await asyncio.to_thread(faults.partition, fault.cut_cmd, fault.heal_cmd, fault.duration_s)
+        result.fault_note = f"partition for {fault.duration_s:.1f} s: {' '.join(fault.cut_cmd)}"
+        return
     if fault.kind == "takeover":
         result.killed_at_s = time.monotonic() - t0
         chosen = run.subscribers[:: max(1, 10)]
@@ -299,8 +336,11 @@ async def _inject(run: Run, t0: float) -> None:
         result.fault_note = f"node stopped (SIGSTOP) {fault.duration_s:.1f} s"
         return
     if fault.kind == "drain":
-        answer = await asyncio.to_thread(faults.drain, fault.victim_http)
-        result.fault_note = f"drain: {answer}"
+        answers = [await asyncio.to_thread(faults.drain, fault.victim_http)]
+        for http in fault.also_drain:
+            await asyncio.sleep(fault.duration_s)
+            answers.append(await asyncio.to_thread(faults.drain, http))
+        result.fault_note = "drain: " + "; then ".join(answers)
         return
     if fault.kind == "link-reset":
         reset = faults.reset_links(victim, tuple(result.broker_pids))
@@ -383,6 +423,11 @@ async def run_survivability(options: SurvivabilityOptions) -> SurvivabilityResul
         schedule.stop()
         sampler.cancel()
         run.sample(t0)
+        for publisher in run.publishers:
+            connection = publisher.connection
+            result.unacknowledged += publisher.pending + (
+                connection.inflight + connection.backlog if connection is not None else 0
+            )
         for client in (*run.publishers, *run.subscribers):
             client.close()
         await wait_closed_or_abort(
@@ -397,9 +442,13 @@ async def run_survivability(options: SurvivabilityOptions) -> SurvivabilityResul
         result.received += tally.received
         result.missing += tally.missing
         result.duplicates += tally.duplicates
+        if publisher.qos == 2:
+            result.qos2_duplicates += tally.duplicates
         if tally.missing or tally.duplicates:
             result.pairs_hit[publisher.index] = (tally.missing, tally.duplicates)
+    result.ack_errors = dict(run.sink.ack_errors)
     result.pairs = options.pairs
+    result.qos2_pairs = options.qos2_pairs
     result.offered_rate = options.rate
     result.elapsed_s = time.monotonic() - started
     return result

@@ -39,12 +39,30 @@ def add_survivability_arguments(p: argparse.ArgumentParser) -> None:
         "/admin/drain to --victim-http), stop (SIGSTOP the node --fault-for s), redis-stop "
         "(SIGSTOP Redis --fault-for s; needs --redis-url), redis-restart (SIGKILL Redis and "
         "start it again; needs --redis-url), link-reset (ss -K the node's links, root), "
-        "takeover (a tenth of the subscribers connect to two nodes at once)",
+        "takeover (a tenth of the subscribers connect to two nodes at once), partition "
+        "(--cut-cmd, then --heal-cmd --fault-for s later)",
     )
     p.add_argument("--fault-for", type=float, default=5.0, help="seconds of stop / redis-stop")
     p.add_argument(
         "--victim-http", default="", metavar="HOST:PORT", help="the node's HTTP port (drain)"
     )
+    p.add_argument(
+        "--also-drain",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="drain: the HTTP port of another node to drain --fault-for s after the previous "
+        "one (repeat: a roll)",
+    )
+    p.add_argument(
+        "--reconnect",
+        choices=("next", "random"),
+        default="next",
+        help="where a client goes when its connection breaks: the next node, or a random other "
+        "one (as behind a load balancer)",
+    )
+    p.add_argument("--cut-cmd", default="", metavar="CMD", help="partition: cuts (shell words)")
+    p.add_argument("--heal-cmd", default="", metavar="CMD", help="partition: heals (shell words)")
     p.add_argument("--victim-pid", type=int, default=None, help="its PID (default: by its port)")
     p.add_argument(
         "--restart-cmd",
@@ -53,6 +71,14 @@ def add_survivability_arguments(p: argparse.ArgumentParser) -> None:
         help="command line that starts the killed node again (shell words; default: no restart)",
     )
     p.add_argument("--pairs", type=int, default=200, help="publisher/subscriber pairs")
+    p.add_argument(
+        "--qos2-pairs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="how many of the pairs run at QoS 2 (default: half; the others at QoS 1); QoS 2 "
+        "duplicates are reported apart and fail the run",
+    )
     p.add_argument("--rate", type=float, default=1000.0, help="total messages/s")
     p.add_argument("--duration", type=float, default=30.0, help="seconds of publishing")
     p.add_argument("--kill-at", type=float, default=10.0, help="seconds after the start")
@@ -86,6 +112,9 @@ def survivability_main(args: argparse.Namespace) -> int:
     if len(nodes) < 2:
         print("xmq bench survivability: give at least two --node HOST:PORT", file=sys.stderr)
         return 2
+    if args.qos2_pairs is not None and not 0 <= args.qos2_pairs <= args.pairs:
+        print("xmq bench survivability: --qos2-pairs must be 0..--pairs", file=sys.stderr)
+        return 2
     kill = len(nodes) - 1
     if args.kill_node is not None:
         if _node(args.kill_node) not in nodes:
@@ -108,7 +137,16 @@ def survivability_main(args: argparse.Namespace) -> int:
         protocol=MQTT_V5 if args.mqtt == "5" else MQTT_V311,
         broker_pids=tuple(args.broker_pid),
         redis_url=args.redis_url,
-        fault=FaultOptions(args.fault, args.fault_for, args.victim_http),
+        fault=FaultOptions(
+            args.fault,
+            args.fault_for,
+            args.victim_http,
+            tuple(args.also_drain),
+            tuple(shlex.split(args.cut_cmd)),
+            tuple(shlex.split(args.heal_cmd)),
+        ),
+        reconnect=args.reconnect,
+        qos2_pairs=args.pairs // 2 if args.qos2_pairs is None else args.qos2_pairs,
     )
     try:
         result = uvloop.run(run_survivability(options))

@@ -2,12 +2,15 @@
 
 ``kill`` SIGKILLs the victim node (and starts it again with ``--restart-cmd``); ``stop``
 SIGSTOPs it for ``--fault-for`` seconds; ``drain`` asks it to drain (``POST /admin/drain`` on
-``--victim-http``); ``redis-stop`` SIGSTOPs Redis (``--redis-url``) for ``--fault-for``
-seconds; ``redis-restart`` SIGKILLs Redis and starts it again with the same command line and
-working directory (it reloads its AOF / RDB); ``link-reset`` resets every TCP connection
+``--victim-http``), then each ``--also-drain`` node ``--fault-for`` seconds after the
+previous; ``redis-stop`` SIGSTOPs Redis (``--redis-url``) for ``--fault-for`` seconds;
+``redis-restart`` SIGKILLs Redis and starts it again with the same command line and working
+directory (it reloads its AOF / RDB); ``link-reset`` resets every TCP connection
 between the victim and the other broker processes (``ss -K``, as root); ``takeover`` connects
 each of a tenth of the subscribers to two other nodes at the same instant (one client id, two
-CONNECTs) and counts the client ids left with two live connections.
+CONNECTs) and counts the client ids left with two live connections; ``partition`` runs
+``--cut-cmd``, and ``--heal-cmd`` ``--fault-for`` seconds later (the network is the user's:
+e.g. ``nft`` rules on the bridge of network namespaces, a NetworkPolicy).
 """
 
 from __future__ import annotations
@@ -31,7 +34,16 @@ from xmq.bench.migration import pid_listening_on
 if TYPE_CHECKING:
     from xmq.bench.survivability import Client, Run
 
-FAULTS = ("kill", "drain", "stop", "redis-stop", "redis-restart", "link-reset", "takeover")
+FAULTS = (
+    "kill",
+    "drain",
+    "stop",
+    "redis-stop",
+    "redis-restart",
+    "link-reset",
+    "takeover",
+    "partition",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +53,13 @@ class FaultOptions:
     """How long ``stop`` / ``redis-stop`` last."""
     victim_http: str = ""
     """``host:port`` of the victim's HTTP endpoint (``drain``)."""
+    also_drain: tuple[str, ...] = ()
+    """``drain``: HTTP endpoints of more nodes drained after the victim, one every
+    ``duration_s`` (a roll: node after node)."""
+    cut_cmd: tuple[str, ...] = ()
+    """``partition``: the command that cuts the network (e.g. an ``nft`` drop rule)."""
+    heal_cmd: tuple[str, ...] = ()
+    """``partition``: the command that heals it, ``duration_s`` later."""
 
 
 def redis_pid(redis_url: str | None) -> int:
@@ -113,6 +132,17 @@ def restart_redis(pid: int, redis_url: str) -> int:
         start_new_session=True,
     )
     return started.pid
+
+
+def partition(cut: tuple[str, ...], heal: tuple[str, ...], seconds: float) -> None:
+    """Run ``cut``, wait, run ``heal`` (also when the wait is interrupted)."""
+    if not cut or not heal:
+        raise RuntimeError("--fault partition needs --cut-cmd and --heal-cmd")
+    subprocess.run(cut, check=True, capture_output=True)
+    try:
+        time.sleep(seconds)
+    finally:
+        subprocess.run(heal, check=True, capture_output=True)
 
 
 def drain(victim_http: str) -> str:

@@ -45,6 +45,10 @@ class SurvivabilityResult:
     received: int = 0
     missing: int = 0
     duplicates: int = 0
+    """Every second copy (QoS 1 and QoS 2)."""
+    qos2_duplicates: int = 0
+    """Second copies of QoS 2 messages (must be 0)."""
+    qos2_pairs: int = 0
     pairs_hit: dict[int, tuple[int, int]] = field(default_factory=dict)
     """Pair index -> (missing, duplicates), for the pairs with either."""
     reconnects: list[float] = field(default_factory=list)
@@ -61,6 +65,12 @@ class SurvivabilityResult:
     fault: str = "kill"
     fault_note: str = ""
     """What the fault did (e.g. how many link connections were reset)."""
+    unacknowledged: int = 0
+    """Messages the publishers had sent (or had due) without an acknowledgement when the run
+    ended: counted as missing if their subscriber did not get them."""
+    ack_errors: dict[int, int] = field(default_factory=dict)
+    """Publisher acks with reason 0x10 or >= 0x80: reason -> count (their messages were not
+    stored for the subscriber: they count as missing)."""
     takeover_both_live: int = 0
     """``takeover``: client ids left with two live connections (must be 0)."""
 
@@ -68,6 +78,7 @@ class SurvivabilityResult:
     def passed(self) -> bool:
         return (
             self.missing == 0
+            and self.qos2_duplicates == 0
             and self.gave_up == 0
             and self.sessions_lost == 0
             and self.takeover_both_live == 0
@@ -113,6 +124,7 @@ class SurvivabilityResult:
         record = dataclasses.asdict(self)
         del record["intervals"]
         record["pairs_hit"] = {str(k): list(v) for k, v in self.pairs_hit.items()}
+        record["ack_errors"] = {f"0x{k:02x}": v for k, v in self.ack_errors.items()}
         return {
             "type": "summary",
             "scenario": "survivability",
@@ -139,14 +151,22 @@ def render_survivability(result: SurvivabilityResult) -> str:
     )
     lines = [
         f"survivability: {result.pairs} persistent pairs at {result.offered_rate:,.0f} msg/s "
-        f"(QoS 1), fault: {result.fault}",
+        f"({result.pairs - result.qos2_pairs} QoS 1, {result.qos2_pairs} QoS 2), "
+        f"fault: {result.fault}",
         f"  fault              {result.victim} (pid {result.victim_pid}) at "
         f"{result.killed_at_s:.1f} s: {result.fault_note}; {restart}",
         f"  messages sent      {result.sent:,}",
         f"  received           {result.received:,}",
         f"  missing            {result.missing:,}",
-        f"  duplicates         {result.duplicates:,} (QoS 1: allowed, counted; the load is "
-        "QoS 1, so QoS 2 duplicates: n/a)",
+        f"  duplicates         QoS 1 {result.duplicates - result.qos2_duplicates:,} (allowed, "
+        f"counted), QoS 2 {result.qos2_duplicates:,} (must be 0)"
+        + ("" if result.qos2_pairs else ": no QoS 2 pairs"),
+        f"  unacknowledged     {result.unacknowledged:,} at the end (sent or due, no ack)",
+        "  ack errors         "
+        + (
+            ", ".join(f"0x{code:02x}: {count}" for code, count in sorted(result.ack_errors.items()))
+            or "none"
+        ),
         f"  pairs hit          {len(result.pairs_hit)} of {result.pairs}"
         + (f" {dict(list(result.pairs_hit.items())[:10])}" if result.pairs_hit else ""),
     ]

@@ -141,15 +141,16 @@ class ClusterHub:
         writer.close()
         return True
 
-    async def refused(self, address: str) -> bool:
-        """Whether a node link port refuses connections (nothing listens; not a timeout)."""
+    async def refuses(self, address: str) -> bool:
+        """Whether a node link port refuses connections (a killed node's, at once). A dial
+        that goes unanswered is not a refusal: the node may be alive behind a partition."""
         host, _, port = address.rpartition(":")
         try:
             async with asyncio.timeout(1.0):
                 _, writer = await asyncio.open_connection(host, int(port))
-        except ConnectionRefusedError:
+        except (ConnectionRefusedError, ValueError):
             return True
-        except (OSError, TimeoutError, ValueError):
+        except (OSError, TimeoutError):
             return False
         writer.close()
         return False
@@ -237,7 +238,7 @@ class ClusterHub:
         if self.links.get(link.peer_node) is link:
             del self.links[link.peer_node]
         fresh = self.table.forget_node(
-            link.peer_node, link.peer_epoch, orphan and self.store is not None
+            link.peer_node, link.peer_epoch, orphan and self.store is not None, self.broker.sessions
         )
         # Messages sent to the node that it had not confirmed as recorded when the link died:
         # appended for its persistent sessions (a DIRECT one for its session, expecting the

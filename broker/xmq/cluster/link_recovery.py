@@ -94,7 +94,7 @@ class LinkRecovery:
                 why = "its lease is gone"
             elif loop.time() > deadline:
                 why = f"not re-linked within {self.hub.identity.lease_ttl_s + 2.0:.1f}s"
-            elif not address or not await self.hub.reachable(address):
+            elif not address or await self.hub.refuses(address):
                 why = REFUSED
             elif self.hub.identity.node_id < node and node not in self.hub.dialing:
                 self.hub.dialing.add(node)

@@ -15,6 +15,7 @@ down and is dropped (``reconcile``).
 
 from __future__ import annotations
 
+from collections.abc import Container
 from dataclasses import dataclass, field
 
 from xmq.routing.shared_tree import SharedSubscriptions
@@ -120,10 +121,15 @@ class RouteTable:
             entry = OrphanSub((node, epoch), durable.qos, durable.flags)
             self.orphans.add(client_id, durable.topic_filter, entry)
 
-    def forget_node(self, node: str, epoch: int, orphan: bool) -> OrphanIndex:
-        """A node's link is gone: drop its routes; its persistent sessions become orphans.
+    def forget_node(
+        self, node: str, epoch: int, orphan: bool, here: Container[str] = ()
+    ) -> OrphanIndex:
+        """A node's link is gone: drop its routes; its persistent sessions become orphans —
+        except those whose client id has a session ``here`` already (it moved here while the
+        link was down: its own subscriptions route its messages now).
 
-        Returns the entries orphaned now (for messages the node may not have recorded).
+        Returns the entries orphaned now (for messages the node may not have recorded), those
+        of sessions here included: what was sent to the node for them still has to reach them.
         """
         fresh = OrphanIndex()
         for topic_filter in [f for f, key, _ in self.routes.items() if key == node]:
@@ -136,7 +142,8 @@ class RouteTable:
         for client_id, subs in sessions.items():
             for durable in subs.values():
                 entry = OrphanSub((node, epoch), durable.qos, durable.flags)
-                self.orphans.add(client_id, durable.topic_filter, entry)
+                if client_id not in here:
+                    self.orphans.add(client_id, durable.topic_filter, entry)
                 fresh.add(client_id, durable.topic_filter, entry)
         return fresh
 

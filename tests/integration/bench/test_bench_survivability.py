@@ -51,6 +51,7 @@ def test_load_survives_the_kill_and_restart_of_a_node(cluster: Cluster, tmp_path
         interval_s=1.0,
         drain_s=15,
         run_id="t",
+        qos2_pairs=6,  # half the pairs at QoS 2 (their client: PUBREC / PUBREL / PUBCOMP)
     )
     result = uvloop.run(run_survivability(options))
     report = render_survivability(result)
@@ -60,6 +61,8 @@ def test_load_survives_the_kill_and_restart_of_a_node(cluster: Cluster, tmp_path
     assert result.listening_again_at_s > result.restarted_at_s, report
     assert result.sent == 12 * 100, report
     assert result.missing == 0, report
+    assert result.qos2_duplicates == 0, report
+    assert "6 QoS 1, 6 QoS 2" in report
     assert result.received == result.sent, report
     assert result.gave_up == 0, report
     # 4 of the 12 subscribers and 4 of the 12 publishers were on the killed node

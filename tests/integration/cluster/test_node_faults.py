@@ -27,7 +27,7 @@ from tests.support.fault_checker import (
     DeliveryLedger,
     Fleet,
     LedgerReport,
-    PublishLoad,
+    load_with_fault,
     node_fleet,
     pause_process,
     settle_and_check,
@@ -71,16 +71,7 @@ def _under_load(
     ledger = DeliveryLedger()
     ports = [nodes.port(i) for i in order]
     fleet = node_fleet(ledger, ports, f"fault/{uid}", subscribers, keepalive=KEEPALIVE_S)
-    try:
-        fleet.start(timeout=20)
-        load = PublishLoad(fleet.publishers, rate)
-        load.start()
-        fault()
-        load.stop()
-        assert load.wait_acknowledged(timeout=30) == 0, ledger.report()
-    except BaseException:
-        fleet.stop()
-        raise
+    load_with_fault(ledger, fleet, rate, fault)
     return ledger, fleet
 
 

@@ -128,6 +128,70 @@ async def test_publisher_respects_receive_maximum_and_sends_backlog_on_puback() 
     assert [PAYLOAD.unpack(v.payload)[1:] for v in views] == [(0, 9), (1, 9), (2, 9)]
 
 
+async def test_qos2_subscriber_answers_pubrec_then_pubcomp_and_counts_a_resend_once() -> None:
+    connection, transport, sink = _connected()
+    first = _publishes([0, 1], MQTT_V5, qos=2)  # packet ids 1 and 2
+    connection.data_received(_connack() + first)
+    assert connection.qos2_in == {1, 2}
+    # packet 1 again with DUP (our PUBREC was lost): the same message, not a duplicate
+    again = _publishes([0], MQTT_V5, qos=2)
+    connection.data_received(bytes((again[0] | 0x08,)) + again[1:])
+    connection.data_received(b"\x62\x02\x00\x01")  # PUBREL 1
+    assert sink.counters.delivered == 2
+    assert sink.counters.duplicates == 0
+    assert connection.qos2_in == {2}
+    written = b"".join(transport.written[1:])
+    assert written == b"\x50\x02\x00\x01\x50\x02\x00\x02\x50\x02\x00\x01\x70\x02\x00\x01"
+    # once released, a new message may reuse the id: counted (here a second copy of seq 0)
+    connection.data_received(again)
+    assert sink.counters.duplicates == 1
+
+
+async def test_qos2_publisher_releases_on_pubrec_and_ends_on_pubcomp() -> None:
+    template = PublishTemplate("t", qos=2)
+    connection, transport, _ = _connected(template=template)
+    connection.data_received(_connack(receive_maximum=2))
+    connection.publish(3, now_ns=5)
+    assert list(connection.qos2_out) == [1, 2] and connection.backlog == 1
+    connection.data_received(b"\x50\x02\x00\x01")  # PUBREC 1
+    assert transport.written[-1] == b"\x62\x02\x00\x01"  # PUBREL 1
+    assert connection.qos2_out[1] is None and connection.inflight == 2
+    connection.data_received(b"\x70\x02\x00\x01")  # PUBCOMP 1: the backlog goes out
+    assert connection.inflight == 2 and connection.backlog == 0
+    assert list(connection.qos2_out) == [2, 3]
+    connection.data_received(b"\x50\x03\x00\x02\x97")  # PUBREC 2 with an error: ended
+    assert list(connection.qos2_out) == [3] and connection.inflight == 1
+
+
+async def test_qos2_publisher_resumes_its_exchanges_on_a_new_connection() -> None:
+    template = PublishTemplate("t", qos=2)
+    old, _, _ = _connected(template=template)
+    old.data_received(_connack())
+    old.publish(2, now_ns=5)
+    old.data_received(b"\x50\x02\x00\x01")  # PUBREC 1; nothing for 2
+    new, transport, _ = _connected(template=template)
+    new.data_received(_connack())
+    new.resume_qos2(old.qos2_out, old.next_packet_id)
+    frames = FrameSplitter().feed(transport.written[-1])
+    assert frames[0].first_byte == 0x62  # PUBREL 1
+    assert frames[1].first_byte == 0x3C  # PUBLISH 2, QoS 2 with DUP
+    assert decode_publish(frames[1]).packet_id == 2
+    assert new.inflight == 2
+    new.publish(1, now_ns=6)
+    assert list(new.qos2_out) == [1, 2, 3]  # packet ids go on from the old connection's
+
+
+async def test_publisher_counts_acks_that_did_not_store_the_message() -> None:
+    connection, _, sink = _connected(template=PublishTemplate("t", qos=1))
+    connection.data_received(_connack())
+    connection.publish(3, now_ns=5)
+    connection.data_received(b"\x40\x02\x00\x01")  # success (reason omitted)
+    connection.data_received(b"\x40\x03\x00\x02\x10")  # no matching subscribers
+    connection.data_received(b"\x40\x03\x00\x03\x80")  # unspecified error
+    assert sink.ack_errors == {0x10: 1, 0x80: 1}
+    assert connection.inflight == 0
+
+
 async def test_connection_lost_fails_pending_connack() -> None:
     connection, _, sink = _connected()
     connection.connection_lost(None)

@@ -141,9 +141,9 @@ def test_publish_template_long_topic_uses_two_byte_length() -> None:
     assert decode_publish(frame).packet_id == 65535
 
 
-def test_publish_template_refuses_qos2() -> None:
-    with pytest.raises(ValueError, match="QoS 0 or 1"):
-        PublishTemplate("t", qos=2)
+def test_publish_template_refuses_qos3() -> None:
+    with pytest.raises(ValueError, match="QoS 0, 1 or 2"):
+        PublishTemplate("t", qos=3)
 
 
 def test_puback_bytes() -> None:

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from xmq.bench.survivability import SurvivabilityOptions
 from xmq.bench.survivability_cli import _node
+from xmq.bench.survivability_faults import partition
 from xmq.bench.survivability_result import (
     IntervalRecord,
     SurvivabilityResult,
@@ -37,6 +40,9 @@ def test_reconnect_distribution_and_verdict() -> None:
     lossy = _result()
     lossy.missing = 1
     assert not lossy.passed
+    twice = _result()
+    twice.qos2_pairs, twice.qos2_duplicates = 2, 1  # a QoS 2 duplicate fails the run
+    assert not twice.passed
     assert SurvivabilityResult().reconnect_stats() == {}
 
 
@@ -44,7 +50,7 @@ def test_table_and_json_records() -> None:
     result = _result()
     text = render_survivability(result)
     assert "PASS" in text
-    assert "duplicates         3" in text
+    assert "duplicates         QoS 1 3 (allowed, counted), QoS 2 0 (must be 0)" in text
     assert "p50 2.00 s" in text
     summary = json.loads(json.dumps(result.summary_record()))
     assert summary["type"] == "summary"
@@ -52,6 +58,10 @@ def test_table_and_json_records() -> None:
     assert "intervals" not in summary
     records = result.interval_records()
     assert [r["connected"] for r in records] == [8, 6]
+    result.ack_errors = {0x10: 2}
+    assert "ack errors         0x10: 2" in render_survivability(result)
+    assert "unacknowledged     0 at the end" in render_survivability(result)
+    assert result.summary_record()["ack_errors"] == {"0x10": 2}
 
 
 def test_options() -> None:
@@ -60,3 +70,10 @@ def test_options() -> None:
     assert options.messages_per_publisher == 200
     assert _node("127.0.0.1:1884") == ("127.0.0.1", 1884)
     assert _node(":1884") == ("127.0.0.1", 1884)
+    qos = SurvivabilityOptions(nodes=(("h", 1), ("h", 2)), pairs=4, qos2_pairs=1)
+    assert [qos.qos_of(n) for n in range(4)] == [1, 1, 1, 2]
+
+
+def test_a_partition_needs_its_cut_and_heal_commands() -> None:
+    with pytest.raises(RuntimeError, match="--cut-cmd and --heal-cmd"):
+        partition((), ("true",), 0.0)

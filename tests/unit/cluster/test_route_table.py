@@ -17,6 +17,18 @@ def test_forget_node_drops_routes_and_orphans_durable_sessions() -> None:
     assert table.orphans.tree.match("a/b") == [("c1", OrphanSub(("node-2", 4), 1, 0))]
 
 
+def test_a_session_that_moved_here_while_the_link_was_down_is_no_orphan() -> None:
+    """Its client reconnected here before the link was given up: its own subscriptions route
+    its messages now (an orphan entry would route each of them a second time, as a DIRECT to
+    the owner found in Redis: this node). What was sent to the old node for it still goes."""
+    table = RouteTable()
+    table.durable_sub("node-2", "c1", DurableSub("t", "t", 2, 0), True)
+    table.durable_sub("node-2", "c2", DurableSub("t", "t", 2, 0), True)
+    fresh = table.forget_node("node-2", 1, orphan=True, here={"c1"})
+    assert [cid for cid, _ in table.orphans.tree.match("t")] == ["c2"]
+    assert sorted(cid for cid, _ in fresh.tree.match("t")) == ["c1", "c2"]
+
+
 def test_a_new_owner_announcing_the_session_ends_the_orphan() -> None:
     table = RouteTable()
     table.durable_sub("node-2", "c1", DurableSub("t", "t", 1, 0), True)

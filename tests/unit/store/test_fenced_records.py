@@ -97,6 +97,9 @@ class Hold:
     def fail(self) -> None:
         self.failed += 1
 
+    def undelivered(self, reason: int) -> None:
+        self.released += 1
+
 
 async def test_a_stale_run_s_record_and_inbound_id_fail_its_held_ack(
     server: RedisServer, sync: redis.Redis
