@@ -161,7 +161,7 @@ class AckGate:
         conn = held.conn
         session = conn.session
         if held.kind == _PUBREC and session is not None and session.client_id == held.client_id:
-            session.inbound_qos2.discard(held.packet_id)  # not received: the id is free again
+            session.inbound_released(held.packet_id)  # not received: the id is free again
         if held.kind == _PUBCOMP or conn.version != MQTT_5:
             conn.link.close()  # no ack: the client sends it again after reconnecting
             return

@@ -10,7 +10,7 @@ from tests.support.append_recorder import AppendRecorder
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.direct_hold import Direct, DirectHold
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableHold, NodeIdentity
+from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
@@ -23,7 +23,13 @@ class FakeBroker:
         self.changed = asyncio.Event()
 
     def deliver_direct(
-        self, client_id: str, message: Message, qos: int, retain: bool, ids: tuple[int, ...]
+        self,
+        client_id: str,
+        message: Message,
+        qos: int,
+        retain: bool,
+        ids: tuple[int, ...],
+        context: DurableContext,
     ) -> bool:
         assert client_id in self.sessions
         self.delivered.append((client_id, message.payload))

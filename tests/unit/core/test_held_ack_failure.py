@@ -7,22 +7,24 @@ from typing import TYPE_CHECKING, cast
 from tests.support.sink_link import SinkLink
 from xmq.codec.packets import MQTT_5, Puback, Pubrec
 from xmq.core.held_acks import AckGate
+from xmq.core.session import QueueLimits, Session
+from xmq.core.stats import BrokerStats
 
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
 
 
-class FakeSession:
-    def __init__(self) -> None:
-        self.client_id = "pub"
-        self.inbound_qos2 = {5}
+def _session() -> Session:
+    session = Session("pub", QueueLimits(10, 1 << 20, 1 << 24, 10), BrokerStats())
+    session.inbound_received(5)
+    return session
 
 
 class FakeConn:
     def __init__(self, version: int = MQTT_5) -> None:
         self.version = version
         self.link = SinkLink()
-        self.session = FakeSession()
+        self.session = _session()
 
 
 def _conn(fake: FakeConn) -> ClientConnection:

@@ -16,7 +16,7 @@ from xmq.codec.packets import (
 )
 from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableHold
+from xmq.core.cluster_ports import DurableContext, DurableHold
 from xmq.core.held_acks import AckGate
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session
@@ -111,17 +111,19 @@ def test_a_client_with_receive_maximum_held_acks_is_not_read_until_one_goes() ->
 
 
 class FakeStore:
-    """Records wait until ``write_all``; the hold set by the core is taken per record."""
+    """Records wait until ``write_all``; the hold the core passes is taken per record."""
 
     def __init__(self) -> None:
-        self.hold: DurableHold | None = None
         self.pending: list[tuple[Session, Delivery, DurableHold | None]] = []
         self.inbound: list[tuple[int, DurableHold | None]] = []
 
-    def record(self, session: Session, delivery: Delivery, now: float) -> bool:
-        if self.hold is not None:
-            self.hold.hold()
-        self.pending.append((session, delivery, self.hold))
+    def record(
+        self, session: Session, delivery: Delivery, now: float, context: DurableContext
+    ) -> bool:
+        hold = context.hold
+        if hold is not None:
+            hold.hold()
+        self.pending.append((session, delivery, hold))
         return True
 
     def write_all(self) -> None:
@@ -131,8 +133,10 @@ class FakeStore:
             if hold is not None:
                 hold.release()
 
-    def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
-        self.inbound.append((packet_id, self.hold))
+    def inbound_changed(
+        self, session: Session, packet_id: int, added: bool, hold: DurableHold | None
+    ) -> None:
+        self.inbound.append((packet_id, hold))
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None  # sent, acknowledged, subscribed, ...
@@ -196,7 +200,6 @@ async def test_the_pubrec_waits_for_the_other_nodes_and_for_the_inbound_id_recor
     pub, pub_link = await connect_client(broker, "pub", _persistent("pub"))
     pub.handle(Publish("far", b"m", qos=2, packet_id=8))
     assert [packet_id for packet_id, hold in store.inbound if hold is not None] == [8]
-    assert store.hold is None  # only while routing
     assert pub_link.packets() == []
     router.confirm()
     assert pub_link.packets() == [Pubrec(8)]  # routed to a node: no "no subscribers" code
