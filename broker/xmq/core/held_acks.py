@@ -1,8 +1,9 @@
 """Publishers' PUBACK / PUBREC held until their message's durable records are written.
 
 Only in a cluster with ``persistence.max_queued_writes: 0`` (the app sets ``Broker.acks``):
-a QoS 1/2 PUBLISH is routed with a ``HeldAck`` set as the hold of the durable store and
-passed to the cluster router. Every record the routing queues takes the hold once (``hold``)
+a QoS 1/2 PUBLISH is routed with a ``HeldAck``, passed to ``Broker.publish`` as
+``DurableContext(hold)`` (and so to every ``DurableStore.record`` of the routing) and to the
+cluster router. Every record the routing queues takes the hold once (``hold``)
 and gives it back when written (``release``): a local persistent subscriber's ``RPUSH``, the
 PUBLISH frame to a node with persistent sessions until that node's PUBLISH_ACK, an
 ``APPEND_IF_OWNER`` for a dead owner's session, a SHARED frame to another node's shared-group

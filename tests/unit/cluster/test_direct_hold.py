@@ -20,6 +20,7 @@ class FakeBroker:
         self.sessions: dict[str, Any] = {}
         self.claiming: dict[str, int] = {}
         self.delivered: list[tuple[str, bytes]] = []
+        self.contexts: list[DurableContext] = []
         self.changed = asyncio.Event()
 
     def deliver_direct(
@@ -33,6 +34,7 @@ class FakeBroker:
     ) -> bool:
         assert client_id in self.sessions
         self.delivered.append((client_id, message.payload))
+        self.contexts.append(context)
         self.changed.set()
         return True
 
@@ -66,6 +68,38 @@ async def test_an_attached_session_gets_the_message_at_once() -> None:
     assert broker.delivered == [("c1", b"1")]
     assert not_here == []
     assert len(hold) == 0
+
+
+class CountingHold:
+    def __init__(self) -> None:
+        self.holds = 0
+
+    def hold(self) -> None:
+        self.holds += 1
+
+    def release(self) -> None:
+        self.holds -= 1
+
+    def fail(self) -> None:
+        raise AssertionError("nothing failed")
+
+
+async def test_the_delivery_gets_the_publisher_s_hold_and_the_message_s_id() -> None:
+    broker = FakeBroker()
+    broker.sessions["c1"] = object()
+    broker.claiming["c2"] = 1
+    hold, _ = _hold(broker)
+    first, second = CountingHold(), CountingHold()
+    message = Message("t", b"1", 1, False, None, "pub", 0.0, forward_id="node-2/4/f7")
+    hold.deliver("c1", (message, 1, False, ()), first)
+    hold.deliver("c2", _direct(b"2"), second)  # held while c2's claim attaches it
+    assert second.holds == 1
+    del broker.claiming["c2"]
+    broker.sessions["c2"] = object()
+    await _until(lambda: len(broker.delivered) == 2, broker.changed)
+    # the session's record takes both from the call, not from state set on the store
+    assert broker.contexts == [DurableContext(first, "node-2/4/f7"), DurableContext(second, "")]
+    assert second.holds == 0  # the wait's own hold is given back once delivered
 
 
 async def test_messages_wait_for_the_claiming_connect_to_attach_the_session() -> None:

@@ -119,8 +119,11 @@ async def test_local_and_shared_records_keep_ids_of_their_own(server: RedisServe
     shared = Delivery(forwarded, 2, False, (), session.subscriptions.get("x"))
     shared.share = object()  # type: ignore[assignment]  # a shared-group member's delivery
     assert node_b.record(session, shared, 0.0, DurableContext(None, forwarded.forward_id))
+    # the same forwarded message delivered again outside its routing (a retained message on
+    # subscribe): its id is not in the call's context, so the record gets one of its own
+    assert session.deliver(forwarded, 2, True, (), None, 0.0)
     await node_b.flush()
-    assert [r.record_id for r in _queued(sync, "sub")] == ["b-0/4/1", "b-0/4/2"]
+    assert [r.record_id for r in _queued(sync, "sub")] == ["b-0/4/1", "b-0/4/2", "b-0/4/3"]
     assert not sync.keys(f"{KEYS.prefix}session:seen:*")
     sync.close()
     await node_b.batcher.close()
