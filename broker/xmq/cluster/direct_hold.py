@@ -22,15 +22,13 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from xmq.core.cluster_ports import DurableContext
-from xmq.core.message import Message
+from xmq.core.cluster_ports import Direct, DurableContext
 
 if TYPE_CHECKING:
     from xmq.core.cluster_ports import DurableHold
     from xmq.core.session import Session
 
-Direct = tuple[Message, int, bool, tuple[int, ...]]
-"""message, delivery QoS, delivery retain flag, subscription identifiers"""
+__all__ = ["Direct", "DirectHold", "LocalSessions"]
 
 POLL_S = 0.005
 
@@ -44,15 +42,7 @@ class LocalSessions(Protocol):
     @property
     def claiming(self) -> dict[str, int]: ...
 
-    def deliver_direct(
-        self,
-        client_id: str,
-        message: Message,
-        qos: int,
-        retain: bool,
-        ids: tuple[int, ...],
-        context: DurableContext,
-    ) -> bool: ...
+    def deliver_direct(self, client_id: str, direct: Direct, context: DurableContext) -> bool: ...
 
 
 NotHere = Callable[[str, Direct, "DurableHold | None"], None]
@@ -100,9 +90,7 @@ class DirectHold:
 
     def _deliver(self, client_id: str, direct: Direct, hold: DurableHold | None) -> None:
         # The session's record holds the ack, and takes the message's cluster-wide id.
-        message, qos, retain, ids = direct
-        context = DurableContext(hold, message.forward_id)
-        self._broker.deliver_direct(client_id, message, qos, retain, ids, context)
+        self._broker.deliver_direct(client_id, direct, DurableContext(hold, direct[0].forward_id))
 
     def _check(self, client_id: str, deadline: float) -> None:
         broker = self._broker

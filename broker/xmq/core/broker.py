@@ -19,6 +19,7 @@ from xmq.core.cluster_claims import apply_restored
 from xmq.core.cluster_ports import (
     NO_DURABLE_CONTEXT,
     ClusterRouter,
+    Direct,
     DurableContext,
     DurableHold,
     DurableStore,
@@ -463,16 +464,11 @@ class Broker(AuthEvents):
         return {session for session in group.members if session.connection is None}
 
     def deliver_direct(
-        self,
-        client_id: str,
-        message: Message,
-        qos: int,
-        retain: bool,
-        ids: tuple[int, ...],
-        context: DurableContext = NO_DURABLE_CONTEXT,
+        self, client_id: str, direct: Direct, context: DurableContext = NO_DURABLE_CONTEXT
     ) -> bool:
         """A message for one session this node owns (sent by a node that found it here, or
         by this node's own publisher: ``context.hold``, its held acknowledgement)."""
+        message, qos, retain, ids = direct
         session = self.sessions.get(client_id)
         if session is None:
             self.stats.drop("session_gone")

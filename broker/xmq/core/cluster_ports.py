@@ -152,6 +152,9 @@ class DurableContext(NamedTuple):
 NO_DURABLE_CONTEXT = DurableContext()
 """Nothing waits for the records and the message did not come over a node link."""
 
+Direct = tuple["Message", int, bool, tuple[int, ...]]
+"""A message for one session (DIRECT): message, delivery QoS, retain flag, subscription ids."""
+
 
 class DurableStore(Protocol):
     """Durable records of persistent sessions (group-committed once per loop tick)."""

@@ -23,17 +23,9 @@ class FakeBroker:
         self.contexts: list[DurableContext] = []
         self.changed = asyncio.Event()
 
-    def deliver_direct(
-        self,
-        client_id: str,
-        message: Message,
-        qos: int,
-        retain: bool,
-        ids: tuple[int, ...],
-        context: DurableContext,
-    ) -> bool:
+    def deliver_direct(self, client_id: str, direct: Direct, context: DurableContext) -> bool:
         assert client_id in self.sessions
-        self.delivered.append((client_id, message.payload))
+        self.delivered.append((client_id, direct[0].payload))
         self.contexts.append(context)
         self.changed.set()
         return True
