@@ -74,7 +74,8 @@ async def test_records_of_a_received_publish_take_its_id(monkeypatch: pytest.Mon
     monkeypatch.setattr(receiver.broker, "publish_from_peer", publish_from_peer)
     record = sender.encode(_message(b"1"), 2, False)
     receiver.handle_frame(link, Kind.PUBLISH, frames.publish(record)[5:])
-    assert during == [DurableContext(None, "node-1/3/f1")]  # nothing held: PUBLISH_ACK waits
+    # nothing held (the PUBLISH_ACK waits for the records), the sender's id
+    assert [(context.hold, context.forward_id) for context in during] == [(None, "node-1/3/f1")]
     for _ in range(5):
         await asyncio.sleep(0)  # its PUBLISH_ACK confirmation finishes
 
