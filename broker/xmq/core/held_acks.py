@@ -74,6 +74,13 @@ class HeldAck:
         if pending == 0:
             self.gate.done(self)
 
+    def routed(self, reason: int) -> None:
+        """Routing is over: the routing's own hold is released; ``reason``, the ack's reason
+        code (0, or why nothing was delivered), unless a record has failed it already."""
+        if self.reason < UNSPECIFIED_ERROR:
+            self.reason = reason
+        self.release()
+
     def fail(self) -> None:
         """One record could not be written: the ack goes out as an error (``release``)."""
         self.reason = UNSPECIFIED_ERROR

@@ -187,15 +187,16 @@ def _route_held(
         broker.stats.route_seconds.observe(perf_counter() - started)
     else:
         delivered = broker.publish(message, context)
+    reason = 0
     if not delivered:
         # QoS 2 here has its packet id recorded already (PUBREC 0x97 would end the exchange
         # with the id still held): it keeps 0x10; its drops are counted all the same.
-        held.reason = (
+        reason = (
             _undelivered_reason(broker.stats, quota_drops)
             if qos == 1
             else ReasonCode.NO_MATCHING_SUBSCRIBERS
         )
-    held.release()  # routing is over: the ack goes now unless records are still unwritten
+    held.routed(reason)  # the ack goes now unless records are still unwritten
 
 
 def _refuse_retained(conn: ClientConnection, qos: int, packet_id: int, cap: str) -> None:

@@ -82,3 +82,21 @@ def test_a_failed_pubcomp_closes_the_connection() -> None:
     held.fail()
     assert fake.link.out == b""
     assert fake.link.closed
+
+
+def test_the_routing_s_reason_does_not_override_a_failed_record() -> None:
+    gate = AckGate(10)
+    fake = FakeConn()
+    held = gate.begin(_conn(fake), "pub", 1, 3)
+    held.hold()
+    held.fail()  # a record given up before the routing is over
+    held.routed(0x10)  # delivered nowhere else: "no matching subscribers" would be a success
+    assert fake.link.packets() == [Puback(3, 0x80)]
+
+
+def test_the_routing_s_reason_goes_in_the_ack() -> None:
+    gate = AckGate(10)
+    fake = FakeConn()
+    held = gate.begin(_conn(fake), "pub", 1, 3)
+    held.routed(0x10)
+    assert fake.link.packets() == [Puback(3, 0x10)]
