@@ -375,17 +375,17 @@ class Broker(AuthEvents):
         and so does the cluster router, for the durable records on other nodes.
         """
         count = self.publish_from_peer(message, context)
-        hold = context.hold
         cluster = self.cluster
         if cluster is not None:
-            count += cluster.forward(message, hold)
+            count += cluster.forward(message, context.hold)
             if message.retain and (sync := self.retained_sync) is not None:
-                sync.changed(message, hold)
+                sync.changed(message, context.hold)
         if len(self.shared):
             now = self.now() if message.expires_at is not None else 0.0
             for group in self.shared.match(message.topic):
                 if (
-                    cluster is not None and self._shared_elsewhere(cluster, group, message, hold)
+                    cluster is not None
+                    and self._shared_elsewhere(cluster, group, message, context.hold)
                 ) or self._deliver_shared(group, message, now, (), context):
                     count += 1
         return count
