@@ -77,8 +77,7 @@ def test_a_reason_code_only_for_mqtt_5() -> None:
     v5, v4 = FakeConn(), FakeConn(version=4)
     for fake in (v5, v4):
         held = gate.begin(_conn(fake), "pub", 1, 3)
-        held.reason = 0x10
-        held.release()
+        held.routed(0x10)
     assert bytes(v5.link.out) == b"\x40\x03\x00\x03\x10"
     assert bytes(v4.link.out) == b"\x40\x02\x00\x03"
 
