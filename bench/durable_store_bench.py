@@ -30,7 +30,7 @@ import redis
 import uvloop
 
 from xmq.contract import ClusterKeys, NodeLease
-from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits, Session
 from xmq.core.stats import BrokerStats
@@ -71,12 +71,8 @@ async def _publisher(store: RedisSessionStore, session: Session, stop_at: float)
     sent = 0
     while loop.time() < stop_at:
         wait = RecordWait(loop)
-        store.hold = wait
-        try:
-            message = Message("bench/durable", PAYLOAD, 1, False, None, "pub", 0.0)
-            session.deliver(message, 1, False, (), None, 0.0)
-        finally:
-            store.hold = None
+        message = Message("bench/durable", PAYLOAD, 1, False, None, "pub", 0.0)
+        session.deliver(message, 1, False, (), None, 0.0, DurableContext(wait))
         await wait.future  # the held PUBACK would go now
         delivery = session.queue.popleft()  # offline session: queued after its record
         session.unqueued(delivery)

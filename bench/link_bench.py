@@ -38,7 +38,7 @@ from xmq.codec.packets import Connect, Puback, Publish, Subscribe, SubscriptionR
 from xmq.codec.writer import encode
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableHold, DurableStore, NodeIdentity
+from xmq.core.cluster_ports import DurableStore, NodeIdentity
 from xmq.core.held_acks import AckGate
 from xmq.core.settings import CoreSettings
 from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol
@@ -109,10 +109,6 @@ class LinkTransport:
 
 class IdleStore:
     """A durable store with nothing to write (clean sessions): always ``written``."""
-
-    def __init__(self) -> None:
-        self.hold: DurableHold | None = None
-        self.forward_id = ""
 
     async def flush(self) -> None:
         return None

@@ -14,9 +14,6 @@ from xmq.core.message import Message
 class AppendRecorder:
     """Records appends; ``answer`` plays Redis's reply to the oldest one still unanswered."""
 
-    hold: DurableHold | None = None
-    forward_id = ""
-
     def __init__(self) -> None:
         self.appends: list[tuple[str, tuple[str, int], bytes]] = []
         """(client id, expected owner, payload) per append, in order."""

@@ -32,8 +32,14 @@ from xmq.cluster.route_table import AnnouncedRoutes, RouteTable
 from xmq.cluster.takeover import Takeovers, sub_flags
 from xmq.codec.reason_codes import ReasonCode
 from xmq.contract.message_record import encode_record
-from xmq.core.cluster_ports import DurableHold, DurableStore, NodeIdentity
-from xmq.core.message import Message, forward_id_of
+from xmq.core.cluster_ports import (
+    NO_DURABLE_CONTEXT,
+    DurableContext,
+    DurableHold,
+    DurableStore,
+    NodeIdentity,
+)
+from xmq.core.message import Message
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -67,9 +73,7 @@ class ClusterHub:
         # Appends for sessions of dead owners, and what happens when Redis names a new owner.
         self.orphans = OrphanAppends(self)
         # Messages for sessions this node owns in Redis: held while the claim attaches them.
-        self.direct = DirectHold(
-            broker, self.orphans.not_here, 2 * identity.lease_ttl_s + 5.0, store
-        )
+        self.direct = DirectHold(broker, self.orphans.not_here, 2 * identity.lease_ttl_s + 5.0)
         # Messages for a session's new owner not linked yet (a node that has just started).
         self.link_wait = LinkWait(self.orphans.append_for, identity.lease_ttl_s + 5.0)
         # Told the topic of each retained change a peer sends (while retained messages load).
@@ -284,14 +288,9 @@ class ClusterHub:
         broker = self.broker
         local = broker.shared.get_group(group, topic_filter)
         if local is not None and len(local.members):
-            store = self.store if hold is not None else None
-            if store is not None:
-                store.hold = hold  # a persistent member's record holds it until written
-            try:
-                broker.publish_shared_from_peer(group, topic_filter, message)
-            finally:
-                if store is not None:
-                    store.hold = None
+            # a persistent member's record holds it until written
+            context = NO_DURABLE_CONTEXT if hold is None else DurableContext(hold)
+            broker.publish_shared_from_peer(group, topic_filter, message, None, context)
             return
         remote = self.table.shares.get_group(group, topic_filter)
         if remote is not None and any(node != exclude for node in remote.members):
@@ -363,11 +362,11 @@ class ClusterHub:
         ``forward_id`` (``<node>/<epoch>/f<n>``), given here the first time the message leaves
         this node: the receiver's records and every later append of it use the same id, so a
         replayed copy finds the receiver's ``session:seen`` marker."""
-        forward_id = forward_id_of(message)
+        forward_id = message.forward_id
         if not forward_id:
             identity = self.identity
             forward_id = f"{identity.node_id}/{identity.epoch}/f{next(self._forward_ids)}"
-            message.forward_id = forward_id
+            message.forward_id = forward_id  # given once: see Message.forward_id
         return encode_record(
             forward_id,
             message.topic,

@@ -12,8 +12,8 @@ went away during the claim, or the session was just handed over to another node)
 session's Redis queue while this node still owns it there; the next claim reads it from there.
 
 A message may carry its publisher's held acknowledgement (``DurableHold``): it is held while
-the message waits here and handed to the durable store while the message is delivered, so
-the session's record of it holds the ack in turn.
+the message waits here and passed in the ``DurableContext`` of its delivery, with the
+message's cluster-wide id, so the session's record of it holds the ack in turn.
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-from xmq.core.message import Message, forward_id_of
+from xmq.core.cluster_ports import Direct, DurableContext
 
 if TYPE_CHECKING:
-    from xmq.core.cluster_ports import DurableHold, DurableStore
+    from xmq.core.cluster_ports import DurableHold
     from xmq.core.session import Session
 
-Direct = tuple[Message, int, bool, tuple[int, ...]]
-"""message, delivery QoS, delivery retain flag, subscription identifiers"""
+__all__ = ["Direct", "DirectHold", "LocalSessions"]
 
 POLL_S = 0.005
 
@@ -43,9 +42,7 @@ class LocalSessions(Protocol):
     @property
     def claiming(self) -> dict[str, int]: ...
 
-    def deliver_direct(
-        self, client_id: str, message: Message, qos: int, retain: bool, ids: tuple[int, ...]
-    ) -> bool: ...
+    def deliver_direct(self, client_id: str, direct: Direct, context: DurableContext) -> bool: ...
 
 
 NotHere = Callable[[str, Direct, "DurableHold | None"], None]
@@ -54,19 +51,12 @@ NotHere = Callable[[str, Direct, "DurableHold | None"], None]
 class DirectHold:
     """Delivers DIRECT messages to attached sessions, holding them while a claim runs."""
 
-    __slots__ = ("_broker", "_held", "_not_here", "max_hold_s", "store")
+    __slots__ = ("_broker", "_held", "_not_here", "max_hold_s")
 
-    def __init__(
-        self,
-        broker: LocalSessions,
-        not_here: NotHere,
-        max_hold_s: float,
-        store: DurableStore | None = None,
-    ) -> None:
+    def __init__(self, broker: LocalSessions, not_here: NotHere, max_hold_s: float) -> None:
         self._broker = broker
         self._not_here = not_here
         self.max_hold_s = max_hold_s
-        self.store = store
         self._held: dict[str, list[tuple[Direct, DurableHold | None]]] = {}
 
     def __len__(self) -> int:
@@ -99,20 +89,8 @@ class DirectHold:
         held.append((direct, hold))
 
     def _deliver(self, client_id: str, direct: Direct, hold: DurableHold | None) -> None:
-        store = self.store
-        if store is None:
-            self._broker.deliver_direct(client_id, *direct)
-            return
         # The session's record holds the ack, and takes the message's cluster-wide id.
-        previous, previous_id = store.hold, store.forward_id
-        if hold is not None:
-            store.hold = hold
-        store.forward_id = forward_id_of(direct[0])
-        try:
-            self._broker.deliver_direct(client_id, *direct)
-        finally:
-            store.hold = previous
-            store.forward_id = previous_id
+        self._broker.deliver_direct(client_id, direct, DurableContext(hold, direct[0].forward_id))
 
     def _check(self, client_id: str, deadline: float) -> None:
         broker = self._broker

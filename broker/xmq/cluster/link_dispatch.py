@@ -18,7 +18,8 @@ from xmq.cluster.route_table import DurableSub
 from xmq.codec.reason_codes import ReasonCode
 from xmq.codec.writer import encode_varint
 from xmq.contract.message_record import decode_fields
-from xmq.core.message import Message, forward_id_of
+from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
+from xmq.core.message import Message
 
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
@@ -52,14 +53,14 @@ def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
                 head = bytes((first,)) + encode_varint(remaining) + topic_field
             wire = (head, tail)
         message = Message(
-            topic, payload, qos, bool(flags & 8), None, origin or None, 0.0, wire, _MQTT_5
-        )
+            topic, payload, qos, bool(flags & 8), None, origin or None, 0.0, wire, _MQTT_5,
+            record_id,  # the sender's id for it (empty: an old sender)
+        )  # fmt: skip
     else:
         message = Message(
-            topic, payload, qos, bool(flags & 8), props, origin or None, hub.broker.now()
-        )
-    if record_id:
-        message.forward_id = record_id  # the sender's id for it (empty: an old sender)
+            topic, payload, qos, bool(flags & 8), props, origin or None, hub.broker.now(),
+            None, 0, record_id,
+        )  # fmt: skip
     return message, flags & 3, bool(flags & 4), ids
 
 
@@ -73,16 +74,10 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
             on_retained(message.topic)
         stats = hub.broker.stats
         quota_drops = stats.quota_drops
-        store = hub.store
-        if store is None:
-            count = hub.broker.publish_from_peer(message)
-        else:
-            # the records of local persistent sessions take the message's id (and a marker)
-            store.forward_id = forward_id_of(message)
-            try:
-                count = hub.broker.publish_from_peer(message)
-            finally:
-                store.forward_id = ""
+        # the records of local persistent sessions take the message's id (and a marker)
+        forward_id = message.forward_id
+        context = DurableContext(None, forward_id) if forward_id else NO_DURABLE_CONTEXT
+        count = hub.broker.publish_from_peer(message, context)
         _count_in(hub, link)
         if len(table.moved):
             count += hub.orphans.to_orphans(table.moved, message)

@@ -18,11 +18,13 @@ from xmq.core import shared_handoff
 from xmq.core.auth_ports import AuthEvents
 from xmq.core.cluster_claims import apply_restored
 from xmq.core.cluster_ports import (
+    NO_DURABLE_CONTEXT,
     ClusterRouter,
+    Direct,
+    DurableContext,
     DurableHold,
     DurableStore,
     NodeIdentity,
-    RecordedPacketIds,
     RestoredSession,
     RetainedSync,
     SessionDirectory,
@@ -189,11 +191,6 @@ class Broker(AuthEvents):
             session.owner = owner
         if self.store is not None:
             session.store = self.store if terms.session_expiry_s else None
-            if session.store is not None and not isinstance(
-                session.inbound_qos2, RecordedPacketIds
-            ):
-                ids = session.inbound_qos2
-                session.inbound_qos2 = RecordedPacketIds(session, session.store, ids)
         return session, present
 
     def detach(self, session: Session, conn: ClientConnection, publish_will: bool) -> None:
@@ -372,33 +369,36 @@ class Broker(AuthEvents):
         self.plans.put(topic, plan)
         return plan
 
-    def publish(self, message: Message, hold: DurableHold | None = None) -> int:
+    def publish(self, message: Message, context: DurableContext = NO_DURABLE_CONTEXT) -> int:
         """Route a message to every matching subscription; return the number of deliveries.
 
-        ``hold`` (cluster only): the publisher's held acknowledgement, which the cluster
-        router holds for the durable records on other nodes (``store.hold`` is the same
-        object while this runs, for the local ones).
+        ``context.hold`` (cluster only): the publisher's held acknowledgement. The local
+        persistent sessions' records hold it (``Session.deliver`` -> ``DurableStore.record``),
+        and so does the cluster router, for the durable records on other nodes.
         """
-        count = self.publish_from_peer(message)
+        count = self.publish_from_peer(message, context)
         cluster = self.cluster
         if cluster is not None:
-            count += cluster.forward(message, hold)
+            count += cluster.forward(message, context.hold)
             if message.retain and (sync := self.retained_sync) is not None:
-                sync.changed(message, hold)
+                sync.changed(message, context.hold)
         if len(self.shared):
             now = self.now() if message.expires_at is not None else 0.0
             for group in self.shared.match(message.topic):
                 if (
-                    cluster is not None and self._shared_elsewhere(cluster, group, message, hold)
-                ) or self._deliver_shared(group, message, now, ()):
+                    cluster is not None
+                    and self._shared_elsewhere(cluster, group, message, context.hold)
+                ) or self._deliver_shared(group, message, now, (), context):
                     count += 1
         return count
 
     # -- cluster entry points ---------------------------------------------------------------
 
-    def publish_from_peer(self, message: Message) -> int:
+    def publish_from_peer(
+        self, message: Message, context: DurableContext = NO_DURABLE_CONTEXT
+    ) -> int:
         """Retained store and local non-shared subscribers: all of a message another node
-        routed here, and the first step of ``publish``."""
+        routed here (``context.forward_id``: its id), and the first step of ``publish``."""
         topic = message.topic
         if message.retain:
             if message.payload:
@@ -418,7 +418,9 @@ class Broker(AuthEvents):
             if sub.no_local and session.client_id == origin:
                 continue
             qos = sub.qos if sub.qos < mqos else mqos
-            if session.deliver(message, qos, retain and sub.retain_as_published, ids, None, now):
+            if session.deliver(
+                message, qos, retain and sub.retain_as_published, ids, None, now, context
+            ):
                 count += 1
         return count
 
@@ -428,11 +430,13 @@ class Broker(AuthEvents):
         topic_filter: str,
         message: Message,
         on_done: Callable[[], None] | None = None,
+        context: DurableContext = NO_DURABLE_CONTEXT,
     ) -> bool:
         """Another node picked this node for a shared group: deliver to one local member.
 
         ``on_done`` runs once the member has acknowledged it (at once for QoS 0), or when it
-        was handed to another member because this one went away.
+        was handed to another member because this one went away. ``context.hold``: a held
+        acknowledgement the member's record holds (a message re-dispatched here).
         """
         found = self.shared.get_group(group, topic_filter)
         picked = None if found is None else found.pick_excluding(self._offline_members(found))
@@ -455,7 +459,7 @@ class Broker(AuthEvents):
         delivery.on_done = on_done
         if session.store is not None:
             if session.room_to_record(message):
-                return session.store.record(session, delivery, now)
+                return session.store.record(session, delivery, now, context)
         elif session.deliver_recorded(delivery, now):
             return True
         if on_done is not None:  # dropped (counted): nothing is left to wait for
@@ -467,15 +471,17 @@ class Broker(AuthEvents):
         return {session for session in group.members if session.connection is None}
 
     def deliver_direct(
-        self, client_id: str, message: Message, qos: int, retain: bool, ids: tuple[int, ...]
+        self, client_id: str, direct: Direct, context: DurableContext = NO_DURABLE_CONTEXT
     ) -> bool:
-        """A message for one session this node owns (sent by a node that found it here)."""
+        """A message for one session this node owns (sent by a node that found it here, or
+        by this node's own publisher: ``context.hold``, its held acknowledgement)."""
+        message, qos, retain, ids = direct
         session = self.sessions.get(client_id)
         if session is None:
             self.stats.drop("session_gone")
             return False
         now = self.now() if message.expires_at is not None else 0.0
-        return session.deliver(message, qos, retain, ids, None, now)
+        return session.deliver(message, qos, retain, ids, None, now, context)
 
     def _shared_elsewhere(
         self,
@@ -503,6 +509,7 @@ class Broker(AuthEvents):
         message: Message,
         now: float,
         exclude: tuple[Session, ...],
+        context: DurableContext = NO_DURABLE_CONTEXT,
     ) -> bool:
         """Deliver to one member of a shared group: an online one if any, else a queue."""
         tried: set[Session] = set(exclude)
@@ -519,11 +526,12 @@ class Broker(AuthEvents):
                 continue
             qos = min(sub.qos, message.qos)
             ids = (sub.identifier,) if sub.identifier else _NO_IDS
-            return session.deliver(message, qos, False, ids, sub, now)
+            return session.deliver(message, qos, False, ids, sub, now, context)
         if fallback is not None:
             session, sub = fallback
             ids = (sub.identifier,) if sub.identifier else _NO_IDS
-            return session.deliver(message, min(sub.qos, message.qos), False, ids, sub, now)
+            qos = min(sub.qos, message.qos)
+            return session.deliver(message, qos, False, ids, sub, now, context)
         self.stats.drop("no_shared_member")
         return False
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 if TYPE_CHECKING:
     from xmq.core.message import Message
@@ -135,26 +135,55 @@ class DurableHold(Protocol):
         no delivery is left, the acknowledgement carries that reason."""
 
 
+class DurableContext:
+    """Why the durable records of one routing step are written, passed with the call that
+    routes it (``Broker.publish`` -> ``Session.deliver`` -> ``DurableStore.record``): never
+    set on an object for the duration of a call. Immutable (``Final``, checked by mypy) and
+    slotted: made once per held PUBLISH or received frame, read once per record.
+
+    ``hold``: the publisher's held PUBACK / PUBREC (``max_queued_writes`` 0): every record
+    made with this context holds it until Redis has answered.
+
+    ``forward_id``: set while a message that came over a node link (PUBLISH or DIRECT) is
+    delivered here: its cluster-wide id (``Message.forward_id``), which a non-shared record
+    takes as its record id, with a ``session:seen`` marker written in the same pipeline.
+    ``''`` for a local publish, and for any other delivery of a forwarded message (a
+    retained one on subscribe, a shared one): those records get ids of their own.
+    """
+
+    __slots__ = ("forward_id", "hold")
+
+    def __init__(self, hold: DurableHold | None = None, forward_id: str = "") -> None:
+        self.hold: Final = hold
+        self.forward_id: Final = forward_id
+
+    def __repr__(self) -> str:
+        return f"DurableContext(hold={self.hold!r}, forward_id={self.forward_id!r})"
+
+
+NO_DURABLE_CONTEXT = DurableContext()
+"""Nothing waits for the records and the message did not come over a node link."""
+
+Direct = tuple["Message", int, bool, tuple[int, ...]]
+"""A message for one session (DIRECT): message, delivery QoS, retain flag, subscription ids."""
+
+
 class DurableStore(Protocol):
     """Durable records of persistent sessions (group-committed once per loop tick)."""
-
-    hold: DurableHold | None
-    """Set by the core while it routes a PUBLISH whose acknowledgement waits for its records
-    (``max_queued_writes`` 0): every record and inbound QoS 2 id queued meanwhile holds it
-    until Redis has answered. Also set while it removes an inbound QoS 2 id on PUBREL: the
-    removal holds the PUBCOMP until Redis has answered it."""
-
-    forward_id: str
-    """Set by the cluster while it delivers a message that came over a node link (PUBLISH or
-    DIRECT): the message's cluster-wide id, which a non-shared record takes as its record id,
-    with a ``session:seen`` marker written in the same pipeline (``''`` otherwise)."""
 
     ids_first: bool
     """True (``max_queued_writes`` 0) when a QoS 2 record's PUBLISH and PUBREL wait until the
     store has answered the write of its packet id / PUBREC state (``core.owed_writes``)."""
 
-    def record(self, session: Session, delivery: Delivery, now: float) -> bool:
-        """Record a QoS 1/2 delivery, then hand it to ``session.deliver_recorded``."""
+    def record(
+        self, session: Session, delivery: Delivery, now: float, context: DurableContext
+    ) -> bool:
+        """Record a QoS 1/2 delivery, then hand it to ``session.deliver_recorded``.
+
+        ``context.hold`` (when set) is held until the record is written (failed when it is
+        given up); ``context.forward_id`` (when set, for a non-shared delivery) is the
+        record's id, and a session that has a record of it from this node already gets none.
+        """
         ...
 
     def sent(self, session: Session, delivery: Delivery) -> None:
@@ -168,9 +197,11 @@ class DurableStore(Protocol):
     def acknowledged(self, session: Session, delivery: Delivery) -> None:
         """The delivery is complete: its record is deleted."""
 
-    def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
-        """An inbound QoS 2 packet id was received (added) or released (``hold``, when set,
-        is held until the change is written)."""
+    def inbound_changed(
+        self, session: Session, packet_id: int, added: bool, hold: DurableHold | None
+    ) -> None:
+        """An inbound QoS 2 packet id was received (added) or released; ``hold`` (the
+        PUBREC / PUBCOMP waiting for it), when set, is held until the change is written."""
 
     def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
         """A subscription was added or replaced (``sub``) or removed (``None``)."""
@@ -198,8 +229,9 @@ class DurableStore(Protocol):
 
         When another node owns the session by then, ``on_moved(node id, epoch)`` is called.
         ``hold`` is held until Redis has answered (and ``on_moved`` has run). A message with a
-        ``forward_id`` is appended under that record id, and not at all when the session's
-        marker of it exists (a node recorded it for the session already).
+        ``forward_id`` (it crossed a node link) is appended under that record id, and not at
+        all when the session's marker of it exists (a node recorded it for the session
+        already).
         """
 
 
@@ -252,23 +284,3 @@ class RetainedSync(Protocol):
     def changed(self, message: Message, hold: DurableHold | None = None) -> None:
         """A retained PUBLISH (set, or clear with an empty payload) was published here;
         ``hold`` (a publisher's held ack) is held until Redis has answered its write."""
-
-
-class RecordedPacketIds(set[int]):
-    """Inbound QoS 2 packet ids of a persistent session, mirrored to the durable store."""
-
-    __slots__ = ("_session", "_store")
-
-    def __init__(self, session: Session, store: DurableStore, ids: set[int]) -> None:
-        super().__init__(ids)
-        self._session = session
-        self._store = store
-
-    def add(self, packet_id: int) -> None:
-        super().add(packet_id)
-        self._store.inbound_changed(self._session, packet_id, True)
-
-    def discard(self, packet_id: object) -> None:
-        if isinstance(packet_id, int) and packet_id in self:
-            super().discard(packet_id)
-            self._store.inbound_changed(self._session, packet_id, False)

@@ -1,8 +1,9 @@
 """Publishers' PUBACK / PUBREC held until their message's durable records are written.
 
 Only in a cluster with ``persistence.max_queued_writes: 0`` (the app sets ``Broker.acks``):
-a QoS 1/2 PUBLISH is routed with a ``HeldAck`` set as the hold of the durable store and
-passed to the cluster router. Every record the routing queues takes the hold once (``hold``)
+a QoS 1/2 PUBLISH is routed with a ``HeldAck``, passed to ``Broker.publish`` as
+``DurableContext(hold)`` (and so to every ``DurableStore.record`` of the routing) and to the
+cluster router. Every record the routing queues takes the hold once (``hold``)
 and gives it back when written (``release``): a local persistent subscriber's ``RPUSH``, the
 PUBLISH frame to a node with persistent sessions until that node's PUBLISH_ACK, an
 ``APPEND_IF_OWNER`` for a dead owner's session, a SHARED frame to another node's shared-group
@@ -88,6 +89,15 @@ class HeldAck:
         self.pending = pending
         if pending == 0:
             self.gate.done(self)
+
+    def routed(self, delivered: int, quota: bool) -> None:
+        """Routing is over: ``delivered``, the deliveries it counted (other nodes' PUBLISH_ACKs
+        may still take some back: ``undelivered``); ``quota``, whether one was dropped for a
+        quota here. The routing's own hold is released: the ack goes now unless records are
+        still unwritten (its reason is ``outcome()``)."""
+        self.delivered = delivered
+        self.quota = quota
+        self.release()
 
     def fail(self) -> None:
         """One record could not be written: the ack goes out as an error (``release``)."""
@@ -206,7 +216,7 @@ class AckGate:
     def _forget_id(held: HeldAck) -> None:
         session = held.conn.session
         if session is not None and session.client_id == held.client_id:
-            session.inbound_qos2.discard(held.packet_id)
+            session.inbound_released(held.packet_id)
 
     def waiting(self, conn: ClientConnection) -> int:
         """Acknowledgements held for one connection."""

@@ -15,18 +15,9 @@ EncodedPublish = tuple[bytes, bytes]
 _NO_IDS: tuple[int, ...] = ()
 
 
-def forward_id_of(message: Message) -> str:
-    """The cluster-wide id of a message forwarded over a node link, or ``''``.
-
-    The cluster sets ``forward_id`` when it first sends a message to another node (and on a
-    message received from one); it is never set without a cluster, so ``Message.__init__`` does
-    not pay for it.
-    """
-    return getattr(message, "forward_id", "")
-
-
 class Message:
-    """One application message; immutable once routed (but for ``forward_id``, set once)."""
+    """One application message; immutable once routed (but for ``forward_id``, given once by
+    the cluster when the message first leaves this node: ``ClusterHub.encode``)."""
 
     __slots__ = (
         "_variants",
@@ -45,7 +36,8 @@ class Message:
     expires_at: int | None
     """Broker-clock second at which the message expires (``None``: never)."""
     forward_id: str
-    """Cluster only, unset until the message crosses a node link: see :func:`forward_id_of`."""
+    """The message's cluster-wide id (``<node>/<epoch>/f<n>``) once it has crossed a node link
+    (as sent, or as received); ``''`` before that, and always without a cluster."""
     queued_refs: int
     """Queued deliveries of this message, unset until the first (see ``core.memory_cost``)."""
 
@@ -60,14 +52,17 @@ class Message:
         now: float,
         wire: EncodedPublish | None = None,
         wire_version: int = 0,
+        forward_id: str = "",
     ) -> None:
         """``wire``: the message exactly as a ``wire_version`` client would receive it at its
-        own QoS without retain (the publisher's bytes, when it sent no properties)."""
+        own QoS without retain (the publisher's bytes, when it sent no properties).
+        ``forward_id``: the id another node gave it (a message received over a node link)."""
         self.topic = topic
         self.payload = payload
         self.qos = qos
         self.retain = retain
         self.origin = origin
+        self.forward_id = forward_id
         self.size = len(payload) + len(topic)
         expires_at: int | None = None
         if properties is not None:

@@ -10,6 +10,7 @@ from xmq.codec.errors import ProtocolError
 from xmq.codec.packets import MQTT_5, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import ReasonCode
+from xmq.core.cluster_ports import DurableContext
 from xmq.core.held_acks import AckGate
 from xmq.core.message import EncodedPublish, Message
 from xmq.routing.topics import TopicError, has_wildcard, validate_topic_name
@@ -151,7 +152,7 @@ def route_publish(
     elif qos == 2:
         reason = 0 if delivered else _undelivered_reason(stats, quota_drops)
         if reason < 0x80:  # a PUBREC >= 0x80 ends the exchange: no PUBREL will come
-            session.inbound_for_update().add(packet_id)
+            session.inbound_received(packet_id)
         _ack(conn, _PUBREC, packet_id, reason)
 
 
@@ -177,26 +178,16 @@ def _route_held(
     held = gate.begin(conn, session.client_id, qos, packet_id)
     broker = conn.broker
     quota_drops = broker.stats.quota_drops
-    store = broker.store
-    if store is not None:
-        store.hold = held  # the local records of this message hold the ack
-    try:
-        if qos == 2:
-            session.inbound_for_update().add(packet_id)  # a persistent session's id: recorded
-        if sampled:
-            started = perf_counter()
-            delivered = broker.publish(message, held)
-            broker.stats.route_seconds.observe(perf_counter() - started)
-        else:
-            delivered = broker.publish(message, held)
-    finally:
-        if store is not None:
-            store.hold = None
-    # the ack's reason once every record is in (``HeldAck.outcome``): other nodes' PUBLISH_ACKs
-    # may still say that the deliveries counted here for them were dropped for a quota
-    held.delivered = delivered
-    held.quota = broker.stats.quota_drops != quota_drops
-    held.release()  # routing is over: the ack goes now unless records are still unwritten
+    if qos == 2:
+        session.inbound_received(packet_id, held)  # a persistent session's id: recorded
+    context = DurableContext(held)  # every durable record of this message holds the ack
+    if sampled:
+        started = perf_counter()
+        delivered = broker.publish(message, context)
+        broker.stats.route_seconds.observe(perf_counter() - started)
+    else:
+        delivered = broker.publish(message, context)
+    held.routed(delivered, broker.stats.quota_drops != quota_drops)
 
 
 def _refuse_retained(conn: ClientConnection, qos: int, packet_id: int, cap: str) -> None:
@@ -245,18 +236,13 @@ def on_pubrel(conn: ClientConnection, packet: Pubrel) -> None:
     ids = session.inbound_qos2
     gate = conn.broker.acks
     if packet_id in ids:
-        store = session.store
-        if gate is None or store is None:  # nothing durable to wait for
-            ids.discard(packet_id)
+        if gate is None or session.store is None:  # nothing durable to wait for
+            session.inbound_released(packet_id)
             conn.link.write(_PUBCOMP + packet_id.to_bytes(2, "big"))
             return
         # a persistent session's id (max_queued_writes 0): the PUBCOMP waits for its SREM
         held = gate.complete(conn, session.client_id, packet_id)
-        store.hold = held
-        try:
-            ids.discard(packet_id)
-        finally:
-            store.hold = None
+        session.inbound_released(packet_id, held)
         held.release()
     elif gate is None or not gate.released_again(conn, session.client_id, packet_id):
         _ack(conn, _PUBCOMP, packet_id, _NOT_FOUND)

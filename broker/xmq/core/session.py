@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
+from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
 from xmq.core.memory_cost import (
     DELIVERY_COST,
     MESSAGE_COST,
@@ -27,7 +28,7 @@ from xmq.protocol.packet_ids import PacketIdAllocator
 if TYPE_CHECKING:
     from asyncio import TimerHandle
 
-    from xmq.core.cluster_ports import DurableStore
+    from xmq.core.cluster_ports import DurableHold, DurableStore
     from xmq.core.connection import ClientConnection
     from xmq.core.stats import BrokerStats
 
@@ -204,8 +205,13 @@ class Session:
         subscription_ids: tuple[int, ...] = _NO_IDS,
         share: Subscription | None = None,
         now: float = 0.0,
+        context: DurableContext = NO_DURABLE_CONTEXT,
     ) -> bool:
-        """Send or queue a message; False when it was dropped (limits, oversize, offline)."""
+        """Send or queue a message; False when it was dropped (limits, oversize, offline).
+
+        A persistent session in a cluster records a QoS 1/2 message first
+        (``DurableStore.record``, with ``context``: what waits for the record, and the id of
+        a message that came over a node link)."""
         conn = self.connection
         if qos == 0:
             if conn is None or not conn.accepts_qos0():
@@ -216,7 +222,7 @@ class Session:
         if self.store is not None:
             if not self.room_to_record(message):
                 return False
-            return self.store.record(self, delivery, now)
+            return self.store.record(self, delivery, now, context)
         inflight = self.inflight
         if (
             conn is not None
@@ -319,6 +325,24 @@ class Session:
         if ids is NO_INBOUND_IDS:
             ids = self.inbound_qos2 = set()
         return ids
+
+    def inbound_received(self, packet_id: int, hold: DurableHold | None = None) -> None:
+        """An inbound QoS 2 PUBLISH was accepted: its packet id is kept until PUBREL (and
+        recorded by a persistent session's store; ``hold``, the PUBREC waiting for that)."""
+        self.inbound_for_update().add(packet_id)
+        store = self.store
+        if store is not None:
+            store.inbound_changed(self, packet_id, True, hold)
+
+    def inbound_released(self, packet_id: int, hold: DurableHold | None = None) -> None:
+        """PUBREL received (or the PUBLISH failed): the inbound QoS 2 packet id is free again
+        (and removed from a persistent session's store; ``hold``, the PUBCOMP waiting)."""
+        ids = self.inbound_qos2
+        if packet_id in ids:
+            ids.discard(packet_id)
+            store = self.store
+            if store is not None:
+                store.inbound_changed(self, packet_id, False, hold)
 
     def _send_new(self, conn: ClientConnection, delivery: Delivery, now: float) -> bool:
         packet_id = self.packet_ids.allocate(self.inflight)

@@ -6,8 +6,9 @@ went out also has its packet id in ``session:inflight:<client id>`` (``<id>`` or
 once PUBREC came), so a resuming node re-sends PUBLISH or PUBREL with the same packet id.
 
 ``max_queued_writes`` = 0: a delivery waits for its record (group-committed by the batcher:
-one pipeline per loop tick), and so does the publisher's acknowledgement: records queued while
-``hold`` is set (by the core, while it routes a QoS 1/2 PUBLISH) hold it until written. The
+one pipeline per loop tick), and so does the publisher's acknowledgement: a record made with a
+``DurableContext`` whose ``hold`` is set (the core routing a QoS 1/2 PUBLISH) holds it until
+written. The
 batcher retries transient failures; a write it finally gives up fails the hold (the
 publisher gets an error, never a success) and the delivery is dropped. A QoS 2
 PUBLISH (PUBREL) also waits for its ``session:inflight`` state (``ids_first``; the core's
@@ -21,7 +22,8 @@ them only while this run holds its lease, so writes still pending when the lease
 paused past the TTL) are refused (``FENCED``: the hold fails) instead of applied on resume.
 
 A message that came over a node link carries a cluster-wide id (``forward_id``, assigned by
-the node that first forwarded it). Its non-shared records take that id as their record id and
+the node that first forwarded it), passed to ``record`` as ``DurableContext.forward_id`` while
+that message is routed here. Its non-shared records take that id as their record id and
 each writes ``session:seen:<id>:<client id>`` (``SET ... PX``, in the same ``FENCED_RECORD``
 call, right after the ``RPUSH``): a sender that replays the message after this node died
 (``APPEND_IF_OWNER``) finds the marker and does not queue it twice.
@@ -45,8 +47,8 @@ from xmq.contract.session_scripts import (
     fenced_inbound_id,
     fenced_record,
 )
-from xmq.core.cluster_ports import DurableHold, NodeIdentity, SubscriptionSpec
-from xmq.core.message import Message, forward_id_of
+from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, SubscriptionSpec
+from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
 from xmq.store.redis_batcher import RedisBatcher
@@ -108,8 +110,6 @@ class RedisSessionStore:
         self.failed = 0  # writes given up (their acks were refused)
         self._ids = itertools.count(1)
         self._paused: set[ClientConnection] = set()
-        self.hold: DurableHold | None = None  # see DurableStore.hold
-        self.forward_id = ""  # see DurableStore.forward_id
         self.seen_ttl_ms = seen_ttl_ms
         self._recent: set[tuple[str, str]] = set()
         self._recent_order: deque[tuple[str, str]] = deque()
@@ -141,9 +141,11 @@ class RedisSessionStore:
             subscription_ids,
         )
 
-    def record(self, session: Session, delivery: Delivery, now: float) -> bool:
+    def record(
+        self, session: Session, delivery: Delivery, now: float, context: DurableContext
+    ) -> bool:
         message = delivery.message
-        forward_id = self.forward_id
+        forward_id = context.forward_id
         if forward_id and delivery.share is None:
             mark = (session.client_id, forward_id)
             recent = self._recent
@@ -163,7 +165,7 @@ class RedisSessionStore:
         self.records += 1
         self.unwritten += 1
         if self.max_queued_writes == 0:
-            hold = self.hold
+            hold = context.hold
             if hold is not None:
                 hold.hold()
 
@@ -261,9 +263,10 @@ class RedisSessionStore:
         if delivery.qos == 2:
             self.batcher.command("HDEL", self.keys.session_inflight(client_id), record_id_of(raw))
 
-    def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
+    def inbound_changed(
+        self, session: Session, packet_id: int, added: bool, hold: DurableHold | None
+    ) -> None:
         key = self.keys.session_qos2_inbound(session.client_id)
-        hold = self.hold
         callback = None
         if hold is not None:
             hold.hold()  # the PUBREC waits for the id's SADD too, a PUBCOMP for its SREM
@@ -337,7 +340,7 @@ class RedisSessionStore:
         holds for wherever it sends the message). A forwarded message is appended under its
         ``forward_id``, and skipped when the session's marker of it exists.
         """
-        forward_id = forward_id_of(message)
+        forward_id = message.forward_id
         raw = self.new_record(message, qos, retain, (), forward_id)
         identity = self.identity
         script, keys, args = append_if_owner(

@@ -10,7 +10,7 @@ from tests.support.append_recorder import AppendRecorder
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.direct_hold import Direct, DirectHold
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableHold, NodeIdentity
+from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
@@ -20,13 +20,13 @@ class FakeBroker:
         self.sessions: dict[str, Any] = {}
         self.claiming: dict[str, int] = {}
         self.delivered: list[tuple[str, bytes]] = []
+        self.contexts: list[DurableContext] = []
         self.changed = asyncio.Event()
 
-    def deliver_direct(
-        self, client_id: str, message: Message, qos: int, retain: bool, ids: tuple[int, ...]
-    ) -> bool:
+    def deliver_direct(self, client_id: str, direct: Direct, context: DurableContext) -> bool:
         assert client_id in self.sessions
-        self.delivered.append((client_id, message.payload))
+        self.delivered.append((client_id, direct[0].payload))
+        self.contexts.append(context)
         self.changed.set()
         return True
 
@@ -60,6 +60,42 @@ async def test_an_attached_session_gets_the_message_at_once() -> None:
     assert broker.delivered == [("c1", b"1")]
     assert not_here == []
     assert len(hold) == 0
+
+
+class CountingHold:
+    def __init__(self) -> None:
+        self.holds = 0
+
+    def hold(self) -> None:
+        self.holds += 1
+
+    def release(self) -> None:
+        self.holds -= 1
+
+    def fail(self) -> None:
+        raise AssertionError("nothing failed")
+
+    def undelivered(self, reason: int) -> None:
+        self.holds -= 1
+
+
+async def test_the_delivery_gets_the_publisher_s_hold_and_the_message_s_id() -> None:
+    broker = FakeBroker()
+    broker.sessions["c1"] = object()
+    broker.claiming["c2"] = 1
+    hold, _ = _hold(broker)
+    first, second = CountingHold(), CountingHold()
+    message = Message("t", b"1", 1, False, None, "pub", 0.0, forward_id="node-2/4/f7")
+    hold.deliver("c1", (message, 1, False, ()), first)
+    hold.deliver("c2", _direct(b"2"), second)  # held while c2's claim attaches it
+    assert second.holds == 1
+    del broker.claiming["c2"]
+    broker.sessions["c2"] = object()
+    await _until(lambda: len(broker.delivered) == 2, broker.changed)
+    # the session's record takes both from the call, not from state set on the store
+    contexts = [(context.hold, context.forward_id) for context in broker.contexts]
+    assert contexts == [(first, "node-2/4/f7"), (second, "")]
+    assert second.holds == 0  # the wait's own hold is given back once delivered
 
 
 async def test_messages_wait_for_the_claiming_connect_to_attach_the_session() -> None:

@@ -16,8 +16,8 @@ from xmq.cluster.peer_link import PeerLink
 from xmq.cluster.route_table import DurableSub
 from xmq.contract.message_record import decode_record, encode_record
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import NodeIdentity
-from xmq.core.message import Message, forward_id_of
+from xmq.core.cluster_ports import DurableContext, NodeIdentity
+from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
 
@@ -41,11 +41,11 @@ def _linked(hub: ClusterHub, node: str, epoch: int) -> PeerLink:
 def test_a_message_gets_its_id_when_it_first_leaves_the_node() -> None:
     hub, _ = _hub()
     first, second = _message(b"1"), _message(b"2")
-    assert forward_id_of(first) == ""  # never set without a cluster
+    assert first.forward_id == ""  # none until it leaves the node
     assert decode_record(hub.encode(first, 2, False)).record_id == "node-1/3/f1"
     assert decode_record(hub.encode(first, 1, False)).record_id == "node-1/3/f1"  # kept
     assert decode_record(hub.encode(second, 2, False)).record_id == "node-1/3/f2"
-    assert forward_id_of(first) == "node-1/3/f1"
+    assert first.forward_id == "node-1/3/f1"
 
 
 async def test_the_receiver_keeps_the_sender_s_id_and_relays_it() -> None:
@@ -53,29 +53,29 @@ async def test_the_receiver_keeps_the_sender_s_id_and_relays_it() -> None:
     record = sender.encode(_message(b"1"), 2, False)
     receiver, _ = _hub("node-2", 5)
     message = decode_message(receiver, record)[0]
-    assert forward_id_of(message) == "node-1/3/f1"
+    assert message.forward_id == "node-1/3/f1"
     # sent on (DIRECT to a session's new owner): the same id, not one of the relaying node
     assert decode_record(receiver.encode(message, 2, False)).record_id == "node-1/3/f1"
     # a record of a node before forward ids (empty id): the receiver gives it none
     old = encode_record("", "t", b"1", 2, False, None, "pub", 2, False)
-    assert forward_id_of(decode_message(receiver, old)[0]) == ""
+    assert decode_message(receiver, old)[0].forward_id == ""
 
 
 async def test_records_of_a_received_publish_take_its_id(monkeypatch: pytest.MonkeyPatch) -> None:
     sender, _ = _hub()
-    receiver, store = _hub("node-2", 5)
+    receiver, _ = _hub("node-2", 5)
     link = _linked(receiver, "node-1", 3)
-    during: list[str] = []
+    during: list[DurableContext] = []
 
-    def publish_from_peer(message: Message) -> int:
-        during.append(store.forward_id)
+    def publish_from_peer(message: Message, context: DurableContext) -> int:
+        during.append(context)
         return 0
 
     monkeypatch.setattr(receiver.broker, "publish_from_peer", publish_from_peer)
     record = sender.encode(_message(b"1"), 2, False)
     receiver.handle_frame(link, Kind.PUBLISH, frames.publish(record)[5:])
-    assert during == ["node-1/3/f1"]
-    assert store.forward_id == ""  # only while the frame's deliveries run
+    # nothing held (the PUBLISH_ACK waits for the records), the sender's id
+    assert [(context.hold, context.forward_id) for context in during] == [(None, "node-1/3/f1")]
     for _ in range(5):
         await asyncio.sleep(0)  # its PUBLISH_ACK confirmation finishes
 
@@ -91,4 +91,4 @@ async def test_the_replay_after_a_kill_uses_the_id_the_receiver_saw() -> None:
     (body,) = [body for kind, body in sent if kind == Kind.PUBLISH]
     link.connection_lost(None)  # node-2 killed before its PUBLISH_ACK
     assert store.appends == [("c1", ("node-2", 5), b"1")]
-    assert forward_id_of(store.messages[0]) == decode_record(body).record_id == "node-1/3/f1"
+    assert store.messages[0].forward_id == decode_record(body).record_id == "node-1/3/f1"

@@ -16,7 +16,7 @@ from xmq.cluster.peer_link import PeerLink
 from xmq.codec.packets import Connect, Subscribe, SubscriptionRequest
 from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
@@ -113,12 +113,16 @@ async def test_acknowledged_by_the_member_then_the_link_dies_releases_without_a_
 
 async def test_a_dead_link_re_dispatches_to_a_local_member_under_the_hold() -> None:
     hub = _hub()
-    store = hub.store
-    assert store is not None
     seen: list[object] = []
 
-    def publish_shared_from_peer(group: str, topic_filter: str, message: Message) -> bool:
-        seen.append(store.hold)
+    def publish_shared_from_peer(
+        group: str,
+        topic_filter: str,
+        message: Message,
+        on_done: object,
+        context: DurableContext,
+    ) -> bool:
+        seen.append(context.hold)
         return True
 
     dead = _linked(hub, "node-2", 5)
@@ -129,8 +133,7 @@ async def test_a_dead_link_re_dispatches_to_a_local_member_under_the_hold() -> N
     broker.shared.add(GROUP, FILTER, object(), object())  # type: ignore[arg-type]
     broker.publish_shared_from_peer = publish_shared_from_peer  # type: ignore[method-assign,assignment]
     dead.connection_lost(None)
-    assert seen == [hold]  # a persistent member's record takes it from the store's hold
-    assert store.hold is None
+    assert seen == [hold]  # a persistent member's record takes it from the context
     assert hold.acked  # nothing took it here
 
 

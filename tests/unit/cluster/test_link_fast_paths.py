@@ -23,7 +23,7 @@ from xmq.codec.writer import encode_publish_parts
 from xmq.contract.message_record import encode_record
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
-from xmq.core.message import Message, forward_id_of
+from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
 # -- frames -----------------------------------------------------------------------------------
@@ -110,7 +110,7 @@ def test_the_seeded_variant_is_the_encoded_one(
         qos,
         retain,
     )
-    assert forward_id_of(message) == "node-1/3/f9"
+    assert message.forward_id == "node-1/3/f9"
     fresh = Message(topic, payload, qos, retain, None, "pub", 0.0)
     for version in (5, 4):
         for flag in (False, True):

@@ -7,22 +7,24 @@ from typing import TYPE_CHECKING, cast
 from tests.support.sink_link import SinkLink
 from xmq.codec.packets import MQTT_5, Puback, Pubrec
 from xmq.core.held_acks import AckGate
+from xmq.core.session import QueueLimits, Session
+from xmq.core.stats import BrokerStats
 
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
 
 
-class FakeSession:
-    def __init__(self) -> None:
-        self.client_id = "pub"
-        self.inbound_qos2 = {5}
+def _session() -> Session:
+    session = Session("pub", QueueLimits(10, 1 << 20, 1 << 24, 10), BrokerStats())
+    session.inbound_received(5)
+    return session
 
 
 class FakeConn:
     def __init__(self, version: int = MQTT_5) -> None:
         self.version = version
         self.link = SinkLink()
-        self.session = FakeSession()
+        self.session = _session()
 
 
 def _conn(fake: FakeConn) -> ClientConnection:
@@ -80,3 +82,21 @@ def test_a_failed_pubcomp_closes_the_connection() -> None:
     held.fail()
     assert fake.link.out == b""
     assert fake.link.closed
+
+
+def test_the_routing_s_reason_does_not_override_a_failed_record() -> None:
+    gate = AckGate(10)
+    fake = FakeConn()
+    held = gate.begin(_conn(fake), "pub", 1, 3)
+    held.hold()
+    held.fail()  # a record given up before the routing is over
+    held.routed(0, False)  # delivered nowhere else: "no matching subscribers" would be a success
+    assert fake.link.packets() == [Puback(3, 0x80)]
+
+
+def test_the_routing_s_reason_goes_in_the_ack() -> None:
+    gate = AckGate(10)
+    fake = FakeConn()
+    held = gate.begin(_conn(fake), "pub", 1, 3)
+    held.routed(0, False)
+    assert fake.link.packets() == [Puback(3, 0x10)]

@@ -16,7 +16,7 @@ from xmq.codec.packets import (
 )
 from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableHold
+from xmq.core.cluster_ports import DurableContext, DurableHold
 from xmq.core.held_acks import AckGate
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session
@@ -77,8 +77,7 @@ def test_a_reason_code_only_for_mqtt_5() -> None:
     v5, v4 = FakeConn(), FakeConn(version=4)
     for fake in (v5, v4):
         held = gate.begin(_conn(fake), "pub", 1, 3)
-        held.reason = 0x10
-        held.release()
+        held.routed(0, False)
     assert bytes(v5.link.out) == b"\x40\x03\x00\x03\x10"
     assert bytes(v4.link.out) == b"\x40\x02\x00\x03"
 
@@ -111,17 +110,19 @@ def test_a_client_with_receive_maximum_held_acks_is_not_read_until_one_goes() ->
 
 
 class FakeStore:
-    """Records wait until ``write_all``; the hold set by the core is taken per record."""
+    """Records wait until ``write_all``; the hold the core passes is taken per record."""
 
     def __init__(self) -> None:
-        self.hold: DurableHold | None = None
         self.pending: list[tuple[Session, Delivery, DurableHold | None]] = []
         self.inbound: list[tuple[int, DurableHold | None]] = []
 
-    def record(self, session: Session, delivery: Delivery, now: float) -> bool:
-        if self.hold is not None:
-            self.hold.hold()
-        self.pending.append((session, delivery, self.hold))
+    def record(
+        self, session: Session, delivery: Delivery, now: float, context: DurableContext
+    ) -> bool:
+        hold = context.hold
+        if hold is not None:
+            hold.hold()
+        self.pending.append((session, delivery, hold))
         return True
 
     def write_all(self) -> None:
@@ -131,8 +132,10 @@ class FakeStore:
             if hold is not None:
                 hold.release()
 
-    def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
-        self.inbound.append((packet_id, self.hold))
+    def inbound_changed(
+        self, session: Session, packet_id: int, added: bool, hold: DurableHold | None
+    ) -> None:
+        self.inbound.append((packet_id, hold))
 
     def __getattr__(self, name: str) -> Any:
         return lambda *args, **kwargs: None  # sent, acknowledged, subscribed, ...
@@ -196,7 +199,6 @@ async def test_the_pubrec_waits_for_the_other_nodes_and_for_the_inbound_id_recor
     pub, pub_link = await connect_client(broker, "pub", _persistent("pub"))
     pub.handle(Publish("far", b"m", qos=2, packet_id=8))
     assert [packet_id for packet_id, hold in store.inbound if hold is not None] == [8]
-    assert store.hold is None  # only while routing
     assert pub_link.packets() == []
     router.confirm()
     assert pub_link.packets() == [Pubrec(8)]  # routed to a node: no "no subscribers" code
@@ -224,6 +226,9 @@ class _Publisher:
         self.client_id = client_id
         self.inbound_qos2 = ids
 
+    def inbound_released(self, packet_id: int) -> None:
+        self.inbound_qos2.discard(packet_id)
+
 
 def test_a_message_dropped_everywhere_for_a_quota_is_quota_exceeded() -> None:
     """Routing counted two deliveries: one dropped for a quota here, the other (a frame to
@@ -235,16 +240,14 @@ def test_a_message_dropped_everywhere_for_a_quota_is_quota_exceeded() -> None:
     fake.session = _Publisher("pub", ids)  # type: ignore[attr-defined]
     held = gate.begin(_conn(fake), "pub", 2, 5)
     held.hold()  # the frame to the other node
-    held.delivered, held.quota = 1, True  # what the routing counted
-    held.release()  # routing is over
+    held.routed(1, True)  # routing is over: it counted one delivery, one dropped for a quota
     assert fake.link.out == b""
     held.undelivered(0x97)  # that node's PUBLISH_ACK
     assert bytes(fake.link.out) == b"\x50\x03\x00\x05\x97"
     assert ids == {6}
     other = gate.begin(_conn(fake), "pub", 2, 6)
     other.hold()
-    other.delivered, other.quota = 2, True  # dropped here, kept on the other node
-    other.release()
+    other.routed(2, True)  # dropped here, kept on the other node
     other.release()
     assert fake.link.packets()[-1] == Pubrec(6)
     assert ids == {6}

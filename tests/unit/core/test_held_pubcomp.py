@@ -18,16 +18,17 @@ _NOBODY = 0x10  # PUBREC: no matching subscribers (nobody subscribes to "t")
 
 
 class FakeStore:
-    """Inbound id changes wait until ``write_all`` and take the hold set by the core."""
+    """Inbound id changes wait until ``write_all`` and take the hold the core passes."""
 
     def __init__(self) -> None:
-        self.hold: DurableHold | None = None
         self.pending: list[tuple[int, bool, DurableHold]] = []
 
-    def inbound_changed(self, session: Session, packet_id: int, added: bool) -> None:
-        if self.hold is not None:
-            self.hold.hold()
-            self.pending.append((packet_id, added, self.hold))
+    def inbound_changed(
+        self, session: Session, packet_id: int, added: bool, hold: DurableHold | None
+    ) -> None:
+        if hold is not None:
+            hold.hold()
+            self.pending.append((packet_id, added, hold))
 
     def write_all(self) -> list[tuple[int, bool]]:
         pending, self.pending = self.pending, []

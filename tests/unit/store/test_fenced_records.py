@@ -17,7 +17,7 @@ from tests.support.node_leases import drop_lease, write_lease
 from tests.support.redis_server import RedisServer, running_redis
 from xmq.contract import ClusterKeys
 from xmq.contract.session_scripts import fenced_inbound_id, fenced_record
-from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits, Session
 from xmq.core.stats import BrokerStats
@@ -120,13 +120,9 @@ async def test_a_stale_run_s_record_and_inbound_id_fail_its_held_ack(
             else:
                 drop_lease(sync, KEYS, NODE[0])  # expired while Redis was paused
             hold = Hold()
-            store.hold = hold
-            try:
-                message = Message("t", b"m", 2, False, None, "p1", 0.0)
-                session.deliver(message, 2, False, (), None, 0.0)
-                store.inbound_changed(publisher, 9, True)
-            finally:
-                store.hold = None
+            message = Message("t", b"m", 2, False, None, "p1", 0.0)
+            session.deliver(message, 2, False, (), None, 0.0, DurableContext(hold))
+            store.inbound_changed(publisher, 9, True, hold)
             await store.flush()
             assert hold.count == 2
             assert (hold.released, hold.failed) == outcome

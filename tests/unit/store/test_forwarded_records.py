@@ -16,7 +16,7 @@ from tests.support.node_leases import drop_lease, write_lease
 from tests.support.redis_server import RedisServer, running_redis
 from xmq.contract import ClusterKeys
 from xmq.contract.message_record import MessageRecord, decode_record
-from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.session import Delivery, QueueLimits, Session
 from xmq.core.stats import BrokerStats
@@ -56,18 +56,14 @@ def _session(store: RedisSessionStore, client_id: str) -> Session:
 
 
 def _forwarded(payload: bytes, forward_id: str) -> Message:
-    message = Message("t", payload, 2, False, None, "pub", 0.0)
-    message.forward_id = forward_id  # as decoded from the PUBLISH frame
-    return message
+    # as decoded from the PUBLISH frame
+    return Message("t", payload, 2, False, None, "pub", 0.0, forward_id=forward_id)
 
 
-def _received(store: RedisSessionStore, session: Session, message: Message) -> bool:
-    """What node B's link does with a PUBLISH frame: deliver with the message's id set."""
-    store.forward_id = message.forward_id
-    try:
-        return session.deliver(message, 2, False, (), None, 0.0)
-    finally:
-        store.forward_id = ""
+def _received(session: Session, message: Message) -> bool:
+    """What node B's link does with a PUBLISH frame: deliver with the message's id."""
+    context = DurableContext(None, message.forward_id)
+    return session.deliver(message, 2, False, (), None, 0.0, context)
 
 
 async def _replay(store: RedisSessionStore, client_id: str, message: Message) -> list[str]:
@@ -94,8 +90,8 @@ async def test_a_replayed_message_already_recorded_by_the_dead_receiver_is_skipp
         _forwarded(b"2", "a-0/7/f2"),
         _forwarded(b"3", "a-0/7/f3"),
     )
-    assert _received(node_b, session, recorded)
-    assert _received(node_b, session, acknowledged)
+    assert _received(session, recorded)
+    assert _received(session, acknowledged)
     await node_b.flush()
     # the subscriber completes the third one (PUBCOMP): its record is gone from the queue
     done = session.queue[1]
@@ -124,13 +120,14 @@ async def test_local_and_shared_records_keep_ids_of_their_own(server: RedisServe
     plain = Message("t", b"p", 2, False, None, "pub", 0.0)
     assert session.deliver(plain, 2, False, (), None, 0.0)  # published on this node
     forwarded = _forwarded(b"s", "a-0/7/f9")
-    node_b.forward_id = forwarded.forward_id
     shared = Delivery(forwarded, 2, False, (), session.subscriptions.get("x"))
     shared.share = object()  # type: ignore[assignment]  # a shared-group member's delivery
-    assert node_b.record(session, shared, 0.0)
-    node_b.forward_id = ""
+    assert node_b.record(session, shared, 0.0, DurableContext(None, forwarded.forward_id))
+    # the same forwarded message delivered again outside its routing (a retained message on
+    # subscribe): its id is not in the call's context, so the record gets one of its own
+    assert session.deliver(forwarded, 2, True, (), None, 0.0)
     await node_b.flush()
-    assert [r.record_id for r in _queued(sync, "sub")] == ["b-0/4/1", "b-0/4/2"]
+    assert [r.record_id for r in _queued(sync, "sub")] == ["b-0/4/1", "b-0/4/2", "b-0/4/3"]
     assert not sync.keys(f"{KEYS.prefix}session:seen:*")
     sync.close()
     await node_b.batcher.close()
@@ -144,8 +141,8 @@ async def test_a_message_reaching_a_session_twice_on_one_node_is_recorded_once(
     node_b = await _store(server, B)
     session = _session(node_b, "sub")
     message = _forwarded(b"1", "a-0/7/f1")
-    assert _received(node_b, session, message)  # over a PUBLISH frame
-    assert not _received(node_b, session, message)  # and relayed as DIRECT during a takeover
+    assert _received(session, message)  # over a PUBLISH frame
+    assert not _received(session, message)  # and relayed as DIRECT during a takeover
     await node_b.flush()
     assert sync.llen(KEYS.session_queue("sub")) == 1
     assert sync.exists(KEYS.session_seen("sub", "a-0/7/f1"))
