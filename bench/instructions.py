@@ -16,8 +16,8 @@ Scenarios (QoS 1, MQTT 5, 16-byte payload):
   cross-node p2p with publishers on node 1 and subscribers on node 2 (two XMQ nodes, Redis);
              unit: a message, instructions of both nodes summed
   durable    p2p with persistent sessions, ``max_queued_writes: 0``, one node, Redis
-  connect    C clients connecting (CONNECT, SUBSCRIBE, held, DISCONNECT at the end); unit: a
-             client
+  connect    C clean-session clients connecting (CONNECT, CONNACK; held, closed after the
+             window); unit: a client
 Mosquitto has no cluster and no durable store: cross-node and durable are XMQ only.
 
     .venv/bin/python bench/instructions.py [--scenario fanout --scenario p2p ...]
