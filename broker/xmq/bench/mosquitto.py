@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import getpass
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -59,8 +61,11 @@ class MosquittoProcess:
         port: int = 0,
         max_inflight: int = 0,
         binary: str | None = None,
+        wrapper: Sequence[str] = (),
     ) -> None:
+        """``wrapper``: a command prefix Mosquitto runs under (``valgrind --tool=callgrind``)."""
         self.host = host
+        self.wrapper = tuple(wrapper)
         self.port = port
         self.max_inflight = max_inflight
         self.binary = binary or find_mosquitto()
@@ -93,10 +98,15 @@ class MosquittoProcess:
         if not self.port:
             self.port = free_port(self.host)
         config = Path(self._dir.name) / "mosquitto.conf"
-        config.write_text(tuned_config(self.port, self.host, self.max_inflight))
+        text = tuned_config(self.port, self.host, self.max_inflight)
+        if self.wrapper:
+            # Started as root, Mosquitto drops to its own user: a tracer run by the invoking
+            # user (callgrind_control's vgdb) could no longer reach it.
+            text += f"user {getpass.getuser()}\n"
+        config.write_text(text)
         log = (Path(self._dir.name) / "mosquitto.log").open("wb")
         self._process = subprocess.Popen(
-            [self.binary, "-c", str(config)], stdout=log, stderr=subprocess.STDOUT
+            [*self.wrapper, self.binary, "-c", str(config)], stdout=log, stderr=subprocess.STDOUT
         )
         log.close()
         deadline = time.monotonic() + timeout_s

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from time import monotonic_ns
+from typing import Protocol
 
 from xmq.bench.accounting import TrackerSnapshot, account
 from xmq.bench.broker_probe import BrokerProbe
@@ -34,6 +35,18 @@ from xmq.bench.scenarios import CONNECTIONS, CommonOptions, ScenarioPlan
 from xmq.bench.worker import worker_main
 
 Progress = Callable[[str, IntervalPoint], None]
+
+
+class MeasureWindow(Protocol):
+    """Told when the measured part of a run begins and ends (e.g. to start and stop a tracer
+    on the broker): ``opened`` once every client is connected and subscribed, before the
+    start; ``closed`` once every expected delivery has arrived, before the clients stop."""
+
+    def opened(self) -> None: ...
+
+    def closed(self) -> None: ...
+
+
 _START_LEAD_S = 0.5
 _FD_MARGIN = 200
 
@@ -99,6 +112,7 @@ def run_plan(
     broker_pids: tuple[int, ...] = (),
     progress: Progress | None = None,
     setup_timeout_s: float | None = None,
+    window: MeasureWindow | None = None,
 ) -> RunResult:
     _check_file_limit(plan)
     probe = BrokerProbe(broker_pids)
@@ -116,10 +130,12 @@ def run_plan(
         first_error = next((r.connect.first_error for r in ready if r.connect.first_error), "")
         if connect_count and connected == 0:
             raise BenchError(f"no client could connect to {label}: {first_error}")
+        if window is not None:
+            window.opened()
         t0 = monotonic_ns() + int(_START_LEAD_S * 1e9)
         _sleep_until(t0 - int(0.05 * 1e9))
         workers.broadcast(Start(t0))
-        finals = _measure(plan, options, workers, aggregator, samplers, t0, label, progress)
+        finals = _measure(plan, options, workers, aggregator, samplers, t0, label, progress, window)
     finally:
         workers.close()
         if redis_probe is not None:
@@ -221,6 +237,7 @@ def _measure(
     t0: int,
     label: str,
     progress: Progress | None,
+    window: MeasureWindow | None = None,
 ) -> list[FinalReport]:
     interval_ns = int(options.interval_s * 1e9)
     if plan.kind == CONNECTIONS:
@@ -259,6 +276,8 @@ def _measure(
             points = [p for p in aggregator.points() if p.index == shown]
             if points:
                 progress(label, points[0])
+    if window is not None:
+        window.closed()
     workers.broadcast(Stop())
     return _collect_finals(workers, aggregator)
 

@@ -10,6 +10,9 @@ through the full decoder, which gives malformed input its reason code.
 
 from __future__ import annotations
 
+from xmq.codec.errors import MalformedPacket
+from xmq.codec.wire import read_varint
+
 PlainPublish = tuple[str, int, int, bytes, bytes, bytes]
 """(topic, QoS, packet id (0 for QoS 0), payload, head, tail): ``head`` and ``tail`` are the
 packet around its packet id with DUP cleared — the same message as any client of the same
@@ -36,7 +39,10 @@ def plain_publish(data: bytes, version: int, max_packet_size: int) -> PlainPubli
     if length < 0x80:
         pos = 2
     else:
-        length, pos = _long_length(data, size)
+        try:
+            length, pos = read_varint(data, 1, size)
+        except MalformedPacket:
+            return None
         if not pos:
             return None
     if pos + length != size:
@@ -70,18 +76,3 @@ def plain_publish(data: bytes, version: int, max_packet_size: int) -> PlainPubli
         head = data[:topic_end] if first == _QOS1 else bytes((_QOS1,)) + data[1:topic_end]
         return topic, 1, packet_id, data[body:], head, data[topic_end + 2 :]
     return topic, 0, 0, data[body:], data[:topic_end], data[topic_end:]
-
-
-def _long_length(data: bytes, size: int) -> tuple[int, int]:
-    """A 2 to 4 byte remaining length at ``data[1]``: (length, header size), or (0, 0)."""
-    length = 0
-    shift = 0
-    index = 1
-    while index < size and index < 5:
-        byte = data[index]
-        index += 1
-        length |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return (length, index) if byte else (0, 0)
-        shift += 7
-    return 0, 0

@@ -106,6 +106,8 @@ def decode_properties(
         pos += 1
     else:
         length, pos = read_varint(buf, pos, end)
+        if not pos:
+            raise MalformedPacket("truncated property length")
     stop = pos + length
     if stop > end:
         raise MalformedPacket("property list runs past the packet")
@@ -145,6 +147,8 @@ def decode_properties(
             value = (key, text)
         elif kind is _VARINT:
             value, pos = read_varint(buf, pos, stop)
+            if not pos:
+                raise MalformedPacket("truncated property")
         else:
             value, pos = read_binary(buf, pos, stop)
         if flags & _NONZERO and not value:

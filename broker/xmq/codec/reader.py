@@ -12,7 +12,7 @@ from __future__ import annotations
 from xmq.codec.errors import MalformedPacket, PacketTooLarge, ProtocolError
 from xmq.codec.packet_decoder import LOW_LEVEL_ERRORS, decode_body, decode_packet, decode_publish
 from xmq.codec.packets import Connect, Packet
-from xmq.codec.wire import Buffer
+from xmq.codec.wire import read_varint
 
 #: The largest packet MQTT can express: 1 + 4 header bytes + 268,435,455 body bytes.
 MAX_PACKET_SIZE = 268_435_460
@@ -68,9 +68,10 @@ class PacketReader:
                 length = src[pos + 1]
                 header = 2
                 if length > 0x7F:
-                    length, header = _long_length(src, pos, end)
+                    length, header = read_varint(src, pos + 1, end)
                     if not header:
                         break
+                    header -= pos
                 total = header + length
                 if total > limit:
                     raise PacketTooLarge(f"packet of {total} bytes exceeds the limit of {limit}")
@@ -99,29 +100,6 @@ class PacketReader:
         if pos < end:
             buffer += memoryview(src)[pos:]
         return packets
-
-
-def _long_length(src: Buffer, pos: int, end: int) -> tuple[int, int]:
-    """Decode a multi-byte remaining length at ``src[pos + 1]``.
-
-    Returns (length, header size), or (0, 0) when the header is not complete yet.
-    """
-    length = 0
-    shift = 0
-    index = pos + 1
-    while True:
-        if index >= end:
-            return 0, 0
-        byte = src[index]
-        index += 1
-        length |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if not byte:
-                raise MalformedPacket("non-minimal remaining length")
-            return length, index - pos
-        shift += 7
-        if shift == 28:
-            raise MalformedPacket("remaining length longer than 4 bytes")
 
 
 __all__ = ["MAX_PACKET_SIZE", "PacketReader", "decode_packet"]

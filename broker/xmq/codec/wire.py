@@ -60,21 +60,27 @@ def encode_binary(value: bytes) -> bytes:
 
 
 def read_varint(buf: Buffer, pos: int, end: int) -> tuple[int, int]:
-    """Decode a Variable Byte Integer: at most 4 bytes, minimal encoding only."""
+    """Decode a Variable Byte Integer at ``pos``: (value, position after it).
+
+    The one decoder of the codec for a remaining length (in a fixed header, complete or not
+    yet), a property length and a varint property. When ``end`` comes before the last byte it
+    returns (0, 0): a reader waits for more bytes, a caller holding a whole packet raises.
+    At most 4 bytes, minimal encoding only: else MalformedPacket.
+    """
     value = 0
     shift = 0
-    for index in range(4):
-        if pos >= end:
-            raise MalformedPacket("truncated variable byte integer")
+    while pos < end:
         byte = buf[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
-            if byte == 0 and index:
+            if not byte and shift:
                 raise MalformedPacket("non-minimal variable byte integer")
             return value, pos
         shift += 7
-    raise MalformedPacket("variable byte integer longer than 4 bytes")
+        if shift == 28:
+            raise MalformedPacket("variable byte integer longer than 4 bytes")
+    return 0, 0
 
 
 def read_u16(buf: Buffer, pos: int, end: int) -> int:
