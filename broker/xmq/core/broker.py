@@ -27,6 +27,8 @@ from xmq.core.cluster_ports import (
     SessionDirectory,
 )
 from xmq.core.deadline_wheel import DeadlineWheel
+from xmq.core.fanout_slices import SLICE as FANOUT_SLICE
+from xmq.core.fanout_slices import Fanout, FanoutSlices
 from xmq.core.held_acks import AckGate
 from xmq.core.lease_fence import LeaseFence
 from xmq.core.memory_cost import retained_cost
@@ -62,6 +64,7 @@ class Broker(AuthEvents):
         self.retained: RetainedStore[Message] = RetainedStore(retained_cost)
         self.connections: set[ClientConnection] = set()
         self.plans: MatchCache[Plan] = MatchCache()
+        self.fanouts = FanoutSlices(self)  # large fan-outs, a slice per loop turn
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
         self.deadlines = DeadlineWheel(lambda: self.loop)  # keep alive, connect timeouts
@@ -370,14 +373,21 @@ class Broker(AuthEvents):
         self.plans.put(topic, plan)
         return plan
 
-    def publish(self, message: Message, hold: DurableHold | None = None) -> int:
-        """Route a message to every matching subscription; return the number of deliveries.
+    def publish(self, message: Message, hold: DurableHold | None = None) -> int | Fanout:
+        """Route a message to every matching subscription; return the number of deliveries,
+        or the ``Fanout`` still in progress.
 
         ``hold`` (cluster only): the publisher's held acknowledgement, which the cluster
         router holds for the durable records on other nodes (``store.hold`` is the same
         object while this runs, for the local ones).
+
+        A plan of more than ``fanout_slices.SLICE`` local sessions (or a message whose
+        publisher has one in progress) is routed a slice per loop turn: the ``Fanout`` is
+        returned, and its ``routed`` (set by the caller) is called with the deliveries once
+        the last slice is done.
         """
-        count = self.publish_from_peer(message)
+        local = self._route_local(message, hold)
+        count = 0
         cluster = self.cluster
         if cluster is not None:
             count += cluster.forward(message, hold)
@@ -390,13 +400,28 @@ class Broker(AuthEvents):
                     cluster is not None and self._shared_elsewhere(cluster, group, message, hold)
                 ) or self._deliver_shared(group, message, now, ()):
                     count += 1
-        return count
+        if isinstance(local, int):
+            return local + count
+        local.count += count  # counted in what ``routed`` is given
+        return local
 
     # -- cluster entry points ---------------------------------------------------------------
 
     def publish_from_peer(self, message: Message) -> int:
         """Retained store and local non-shared subscribers: all of a message another node
-        routed here, and the first step of ``publish``."""
+        routed here (in one turn, whatever its fan-out)."""
+        local = self._route_local(message, None, split=False)
+        assert isinstance(local, int)
+        return local
+
+    def _route_local(
+        self,
+        message: Message,
+        hold: DurableHold | None,
+        split: bool = True,
+    ) -> int | Fanout:
+        """The retained store and the local non-shared subscribers (the first step of
+        ``publish``): the deliveries made, or the fan-out going on in later loop turns."""
         topic = message.topic
         if message.retain:
             if message.payload:
@@ -408,6 +433,9 @@ class Broker(AuthEvents):
             plan = self._plan(topic)
         now = self.now() if message.expires_at is not None else 0.0
         origin = message.origin
+        waiting = self.fanouts.waiting
+        if split and (len(plan) > FANOUT_SLICE or (waiting and origin in waiting)):
+            return self.fanouts.add(message, plan, now, hold)
         mqos = message.qos
         retain = message.retain
         count = 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING
 
@@ -10,7 +11,7 @@ from xmq.codec.errors import ProtocolError
 from xmq.codec.packets import MQTT_5, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import ReasonCode
-from xmq.core.held_acks import AckGate
+from xmq.core.held_acks import AckGate, HeldAck
 from xmq.core.message import EncodedPublish, Message
 from xmq.routing.topics import TopicError, has_wildcard, validate_topic_name
 
@@ -24,6 +25,7 @@ _PUBREC = b"\x50\x02"
 _PUBREL = b"\x62\x02"
 _PUBCOMP = b"\x70\x02"
 _NOT_FOUND = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+_QUOTA = ReasonCode.QUOTA_EXCEEDED
 
 
 _ACK_HEAD = struct.Struct("!BBH")
@@ -143,6 +145,11 @@ def route_publish(
         started = perf_counter()
         delivered = broker.publish(message)
         stats.route_seconds.observe(perf_counter() - started)
+    if not isinstance(delivered, int):  # a large fan-out: acknowledged after its last slice
+        dropped = stats.quota_drops != quota_drops
+        delivered.routed = partial(_fanned_out, conn, session, qos, packet_id, dropped)
+        conn.fanning_out += 1  # the adapter reads nothing more from it meanwhile
+        return
     if qos == 1:
         if delivered:
             conn.link.write(_ACK_HEAD.pack(0x40, 2, packet_id))
@@ -153,6 +160,30 @@ def route_publish(
         if reason < 0x80:  # a PUBREC >= 0x80 ends the exchange: no PUBREL will come
             session.inbound_for_update().add(packet_id)
         _ack(conn, _PUBREC, packet_id, reason)
+
+
+def _fanned_out(
+    conn: ClientConnection,
+    session: Session,
+    qos: int,
+    packet_id: int,
+    dropped: bool,
+    delivered: int,
+    quota_dropped: bool,
+) -> None:
+    """The last slice of a PUBLISH's fan-out is routed (``core.fanout_slices``): its ack."""
+    conn.fanning_out -= 1
+    if qos == 0 or conn.session is not session:  # gone: the client sends it again
+        return
+    reason = 0
+    if not delivered:
+        reason = _QUOTA if dropped or quota_dropped else ReasonCode.NO_MATCHING_SUBSCRIBERS
+    if qos == 1:
+        _ack(conn, _PUBACK, packet_id, reason)
+        return
+    if reason < 0x80:
+        session.inbound_for_update().add(packet_id)
+    _ack(conn, _PUBREC, packet_id, reason)
 
 
 def _undelivered_reason(stats: BrokerStats, quota_drops_before: int) -> int:
@@ -192,6 +223,11 @@ def _route_held(
     finally:
         if store is not None:
             store.hold = None
+    if not isinstance(delivered, int):  # a large fan-out: the ack waits for its last slice
+        dropped = broker.stats.quota_drops != quota_drops
+        delivered.routed = partial(_held_fanned_out, conn, held, qos, dropped)
+        conn.fanning_out += 1
+        return
     if not delivered:
         # QoS 2 here has its packet id recorded already (PUBREC 0x97 would end the exchange
         # with the id still held): it keeps 0x10; its drops are counted all the same.
@@ -201,6 +237,25 @@ def _route_held(
             else ReasonCode.NO_MATCHING_SUBSCRIBERS
         )
     held.release()  # routing is over: the ack goes now unless records are still unwritten
+
+
+def _held_fanned_out(
+    conn: ClientConnection,
+    held: HeldAck,
+    qos: int,
+    dropped: bool,
+    delivered: int,
+    quota_dropped: bool,
+) -> None:
+    """The last slice of a held PUBLISH's fan-out is routed: its routing's hold goes."""
+    conn.fanning_out -= 1
+    if not delivered:
+        held.reason = (
+            _QUOTA
+            if qos == 1 and (dropped or quota_dropped)
+            else ReasonCode.NO_MATCHING_SUBSCRIBERS
+        )
+    held.release()
 
 
 def _refuse_retained(conn: ClientConnection, qos: int, packet_id: int, cap: str) -> None:
