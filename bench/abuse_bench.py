@@ -299,21 +299,42 @@ async def deep_retained(broker: Broker) -> str:
     return f"{refused}/20 65,000-level topics refused; 200 x # got {got} of 200 (127 levels)"
 
 
-async def _park(broker: Broker, client_id: str, topic_filter: str) -> None:
-    """Leave a persistent session subscribed to `topic_filter` offline."""
+async def park_sessions(
+    port: int, prefix: str, topic_filter: str, count: int, concurrency: int = 100
+) -> dict[int, int]:
+    """Leave ``count`` persistent sessions (client ids ``prefix0``, ...) subscribed to
+    ``topic_filter`` offline, ``concurrency`` connections at a time (each sends CONNECT,
+    SUBSCRIBE and DISCONNECT in one write); return how many got each CONNACK reason code
+    (-1: no CONNACK)."""
     props = Properties()
     props.session_expiry_interval = 3600
-    client = await Client.open(broker.port)
-    await client.connect(client_id, clean_start=False, properties=props)
-    client.send(Subscribe(1, [SubscriptionRequest(topic_filter, 1)]))
-    await client.read()
-    client.send(Disconnect())
-    client.close()
+    subscribe = encode(Subscribe(1, [SubscriptionRequest(topic_filter, 1)]), MQTT_5)
+    bye = encode(Disconnect(), MQTT_5)
+    gate = asyncio.Semaphore(concurrency)
+    codes: dict[int, int] = {}
+
+    async def park(n: int) -> None:
+        connect = Connect(client_id=f"{prefix}{n}", clean_start=False, properties=props)
+        code = -1
+        async with gate:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(encode(connect, MQTT_5) + subscribe + bye)
+                data = await asyncio.wait_for(reader.read(1 << 16), 60)
+                packets = PacketReader(protocol_version=MQTT_5).feed(data) if data else []
+                if packets and isinstance(packets[0], Connack):
+                    code = packets[0].reason_code
+                writer.close()
+            except (OSError, TimeoutError):
+                pass
+        codes[code] = codes.get(code, 0) + 1
+
+    await asyncio.gather(*(park(n) for n in range(count)))
+    return codes
 
 
 async def offline_fanout(broker: Broker) -> str:
-    for n in range(2000):
-        await _park(broker, f"offline-{n}", "bcast/#")
+    await park_sessions(broker.port, "offline-", "bcast/#", 2000)
     flood = await Client.open(broker.port)
     await flood.connect("flood")
     data = b"".join(
@@ -417,7 +438,7 @@ async def half_proxy_headers(broker: Broker) -> str:
 
 
 async def queued_flood(broker: Broker) -> str:
-    await _park(broker, "parked", "flood/#")
+    await park_sessions(broker.port, "parked-", "flood/#", 1)
     flood = await Client.open(broker.port)
     await flood.connect("flooder")
     sent = 0
