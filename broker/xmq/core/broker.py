@@ -28,7 +28,7 @@ from xmq.core.cluster_ports import (
 )
 from xmq.core.deadline_wheel import DeadlineWheel
 from xmq.core.fanout_slices import SLICE as FANOUT_SLICE
-from xmq.core.fanout_slices import Fanout, FanoutSlices
+from xmq.core.fanout_slices import Fanout, FanoutSlices, Matches, Plan, extend_plan
 from xmq.core.held_acks import AckGate
 from xmq.core.lease_fence import LeaseFence
 from xmq.core.memory_cost import retained_cost
@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xmq.broker")
 
-Plan = list[tuple[Session, Subscription, tuple[int, ...]]]
 _NO_IDS: tuple[int, ...] = ()
 
 
@@ -65,6 +64,7 @@ class Broker(AuthEvents):
         self.connections: set[ClientConnection] = set()
         self.plans: MatchCache[Plan] = MatchCache()
         self.fanouts = FanoutSlices(self)  # large fan-outs, a slice per loop turn
+        self.subscription_generation = 0  # bumped by every non-shared subscription change
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
         self.deadlines = DeadlineWheel(lambda: self.loop)  # keep alive, connect timeouts
@@ -321,6 +321,7 @@ class Broker(AuthEvents):
         if sub.share_group is None:
             self.subscriptions.add(sub.topic_filter, session, sub)
             self.plans.invalidate(sub.topic_filter)
+            self.subscription_generation += 1  # plans being built over turns are stale
         else:
             self.shared.add(sub.share_group, sub.topic_filter, session, sub)
         return previous is None
@@ -343,33 +344,16 @@ class Broker(AuthEvents):
             self.shared.remove(sub.share_group, sub.topic_filter, session)
             return
         self.plans.invalidate(sub.topic_filter)
+        self.subscription_generation += 1
 
     def subscription_count(self) -> int:
         return len(self.subscriptions) + len(self.shared)
 
     # -- routing ----------------------------------------------------------------------------
 
-    def _plan(self, topic: str) -> Plan:
-        matches = self.subscriptions.match(topic)
+    def _plan(self, topic: str, matches: Matches) -> Plan:
         plan: Plan = []
-        index: dict[Session, int] = {}
-        for session, sub in matches:
-            ids = (sub.identifier,) if sub.identifier else _NO_IDS
-            at = index.get(session)
-            if at is None:
-                index[session] = len(plan)
-                plan.append((session, sub, ids))
-                continue
-            # Overlapping filters of one client: one delivery, highest QoS, every identifier.
-            _, first, first_ids = plan[at]
-            merged = Subscription(
-                session,
-                first.topic_filter,
-                max(first.qos, sub.qos),
-                first.no_local and sub.no_local,
-                first.retain_as_published or sub.retain_as_published,
-            )
-            plan[at] = (session, merged, first_ids + ids)
+        extend_plan(plan, {}, matches, 0, len(matches))
         self.plans.put(topic, plan)
         return plan
 
@@ -429,9 +413,12 @@ class Broker(AuthEvents):
             else:
                 self.retained.delete(topic)
         plan = self.plans.entries.get(topic)
-        if plan is None:
-            plan = self._plan(topic)
         now = self.now() if message.expires_at is not None else 0.0
+        if plan is None:
+            matches = self.subscriptions.match(topic)
+            if split and len(matches) > FANOUT_SLICE:  # planned a slice per turn too
+                return self.fanouts.add(message, [], now, hold, matches)
+            plan = self._plan(topic, matches)
         origin = message.origin
         waiting = self.fanouts.waiting
         if split and (len(plan) > FANOUT_SLICE or (waiting and origin in waiting)):

@@ -27,25 +27,72 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from xmq.core.message import Message
+from xmq.core.session import Session, Subscription
 
 if TYPE_CHECKING:
     from asyncio import Handle
 
-    from xmq.core.broker import Broker, Plan
+    from xmq.core.broker import Broker
     from xmq.core.cluster_ports import DurableHold
+
+Plan = list[tuple[Session, Subscription, tuple[int, ...]]]
+"""A topic's deliveries: one per session, with its (merged) subscription and identifiers."""
+Matches = list[tuple[Session, Subscription]]
+_NO_IDS: tuple[int, ...] = ()
 
 SLICE: Final = 1024
 """Deliveries planned per loop turn for fan-outs in progress (1–3 ms of work)."""
+
+PLANNED_PER_DELIVERY: Final = 4
+"""Subscriptions merged into a plan for the work of one delivery (~0.7 µs against ~3)."""
 
 Routed = Callable[[int, bool], None]
 """Called once a sliced fan-out is over: the deliveries made (the message's other routes
 included) and whether any delivery was dropped for a quota."""
 
 
-class Fanout:
-    """One message's plan, routed from ``at`` on."""
+def extend_plan(
+    plan: Plan, index: dict[Session, int], matches: Matches, start: int, stop: int
+) -> None:
+    """Add ``matches[start:stop]`` to ``plan`` (``index``: each session's place in it):
+    overlapping filters of one client make one delivery, at the highest QoS, with every
+    subscription identifier."""
+    for session, sub in matches if start == 0 and stop == len(matches) else matches[start:stop]:
+        ids = (sub.identifier,) if sub.identifier else _NO_IDS
+        at = index.get(session)
+        if at is None:
+            index[session] = len(plan)
+            plan.append((session, sub, ids))
+            continue
+        _, first, first_ids = plan[at]
+        merged = Subscription(
+            session,
+            first.topic_filter,
+            max(first.qos, sub.qos),
+            first.no_local and sub.no_local,
+            first.retain_as_published or sub.retain_as_published,
+        )
+        plan[at] = (session, merged, first_ids + ids)
 
-    __slots__ = ("at", "count", "hold", "message", "now", "plan", "quota_dropped", "routed")
+
+class Fanout:
+    """One message's plan, built from ``matches`` first when it was not cached, then routed
+    from ``at`` on."""
+
+    __slots__ = (
+        "at",
+        "count",
+        "generation",
+        "hold",
+        "index",
+        "matches",
+        "message",
+        "now",
+        "plan",
+        "planned",
+        "quota_dropped",
+        "routed",
+    )
 
     def __init__(
         self,
@@ -53,11 +100,17 @@ class Fanout:
         plan: Plan,
         now: float,
         hold: DurableHold | None,
+        matches: Matches | None,
+        generation: int,
     ) -> None:
         self.message = message
         self.plan = plan
         self.now = now
         self.hold = hold
+        self.matches = matches  # None once planned
+        self.index: dict[Session, int] = {}
+        self.planned = 0
+        self.generation = generation  # the broker's subscription generation when matched
         self.routed: Routed | None = None
         """Set by the publisher's flow: called after the last slice."""
         self.at = 0
@@ -83,10 +136,13 @@ class FanoutSlices:
         plan: Plan,
         now: float,
         hold: DurableHold | None,
+        matches: Matches | None = None,
     ) -> Fanout:
-        """Queue ``plan``: routed from the next loop turn on (none of it now, so that a turn
-        that finished one fan-out and read the publisher's next PUBLISH plans one slice)."""
-        fanout = Fanout(message, plan, now, hold)
+        """Queue ``plan`` (or the ``matches`` to build it from, a slice per turn too):
+        routed from the next loop turn on (none of it now, so that a turn that finished one
+        fan-out and read the publisher's next PUBLISH plans one slice)."""
+        generation = self._broker.subscription_generation
+        fanout = Fanout(message, plan, now, hold, matches, generation)
         origin = message.origin
         self.waiting[origin] = self.waiting.get(origin, 0) + 1
         self._queue.append(fanout)
@@ -101,6 +157,9 @@ class FanoutSlices:
         budget = SLICE
         while queue and budget > 0:
             fanout = queue[0]
+            if fanout.matches is not None:
+                budget -= self._plan(fanout, budget)
+                continue
             if fanout.at < len(fanout.plan):
                 budget -= self._route(fanout, budget)
             if fanout.at >= len(fanout.plan):
@@ -108,6 +167,25 @@ class FanoutSlices:
                 self._finish(fanout)
         if queue:
             self._handle = self._broker.loop.call_soon(self._turn)
+
+    def _plan(self, fanout: Fanout, budget: int) -> int:
+        """Merge the next subscriptions into the plan; return the work done, in deliveries.
+        A plan finished with no subscription changed meanwhile is cached as ``_plan``'s."""
+        matches = fanout.matches
+        assert matches is not None
+        start = fanout.planned
+        stop = min(start + budget * PLANNED_PER_DELIVERY, len(matches))
+        extend_plan(fanout.plan, fanout.index, matches, start, stop)
+        fanout.planned = stop
+        if stop == len(matches):
+            fanout.matches = None
+            fanout.index = {}
+            broker = self._broker
+            topic = fanout.message.topic
+            plans = broker.plans
+            if broker.subscription_generation == fanout.generation and topic not in plans.entries:
+                plans.put(topic, fanout.plan)
+        return -(-(stop - start) // PLANNED_PER_DELIVERY)
 
     def _route(self, fanout: Fanout, budget: int) -> int:
         """Deliver the next ``budget`` entries of the plan; return how many were planned."""

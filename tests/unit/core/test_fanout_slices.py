@@ -10,7 +10,7 @@ from tests.support.virtual_loop import VirtualLoop
 from xmq.codec.packets import Puback, Publish
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.broker import Broker
-from xmq.core.fanout_slices import SLICE, Fanout
+from xmq.core.fanout_slices import PLANNED_PER_DELIVERY, SLICE, Fanout
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits, Session, Subscription
 from xmq.core.settings import CoreSettings
@@ -41,23 +41,51 @@ def _payloads(session: Session) -> list[bytes]:
     return [delivery.message.payload for delivery in session.queue]
 
 
-def test_a_plan_of_one_slice_is_routed_at_once_and_a_larger_one_a_slice_per_turn() -> None:
-    broker, loop = _virtual(SLICE)
-    assert broker.publish(_message(b"small")) == SLICE  # the normal path: whole, now
-    broker, loop = _virtual(3 * SLICE + 1)
-    fanout = broker.publish(_message(b"big"))
+def _run(broker: Broker, loop: VirtualLoop, fanout: object) -> tuple[list[int], list[int]]:
+    """Run the loop until the fan-out is over: deliveries per turn, and what ``routed`` got."""
     assert isinstance(fanout, Fanout)
-    routed: list[tuple[int, bool]] = []
-    fanout.routed = lambda count, dropped: routed.append((count, dropped))
-    assert broker.stats.deliveries_routed == 0  # nothing in the publisher's turn
+    routed: list[int] = []
+    fanout.routed = lambda count, dropped: routed.append(count)
     per_turn = []
     while loop.pending():
         before = broker.stats.deliveries_routed
         loop.run_turn()
         per_turn.append(broker.stats.deliveries_routed - before)
-    assert per_turn == [SLICE, SLICE, SLICE, 1]
-    assert routed == [(3 * SLICE + 1, False)]  # once, after the last slice
+    return per_turn, routed
+
+
+def test_a_plan_of_one_slice_is_routed_at_once_and_a_larger_one_a_slice_per_turn() -> None:
+    broker, loop = _virtual(SLICE)
+    assert broker.publish(_message(b"small")) == SLICE  # the normal path: whole, now
+    sessions = 3 * SLICE + 1
+    broker, loop = _virtual(sessions)
+    fanout = broker.publish(_message(b"big"))
+    assert broker.stats.deliveries_routed == 0  # nothing in the publisher's turn
+    per_turn, routed = _run(broker, loop, fanout)
+    # first turn: the plan is built (4 subscriptions for the work of a delivery), then routed
+    planning = -(-sessions // PLANNED_PER_DELIVERY)
+    assert per_turn == [SLICE - planning, SLICE, SLICE, sessions - 3 * SLICE + planning]
+    assert routed == [sessions]  # once, after the last slice
     assert _payloads(broker.sessions[f"s{3 * SLICE}"]) == [b"big"]
+    assert len(broker.plans.entries["bcast/x"]) == sessions  # cached: no change meanwhile
+    per_turn, routed = _run(broker, loop, broker.publish(_message(b"again")))
+    assert per_turn == [SLICE, SLICE, SLICE, 1]
+    assert routed == [sessions]
+
+
+def test_a_plan_built_while_subscriptions_change_is_not_cached() -> None:
+    broker, loop = _virtual(4 * PLANNED_PER_DELIVERY * SLICE)  # planned over 4 turns
+    fanout = broker.publish(_message(b"m"))
+    loop.run_turn()
+    late = Session("late", broker.settings.queues, broker.stats, expiry_s=600)
+    broker.sessions["late"] = late
+    broker.subscribe(late, Subscription(late, "bcast/x", 1))
+    per_turn, routed = _run(broker, loop, fanout)
+    assert routed == [4 * PLANNED_PER_DELIVERY * SLICE]  # matched before it subscribed
+    assert "bcast/x" not in broker.plans.entries
+    _run(broker, loop, broker.publish(_message(b"n", origin="q")))  # planned again
+    assert _payloads(late) == [b"n"]
+    assert len(broker.plans.entries["bcast/x"]) == 4 * PLANNED_PER_DELIVERY * SLICE + 1
 
 
 def test_a_session_gone_before_its_slice_gets_nothing() -> None:
