@@ -61,7 +61,7 @@ BASELINE = 40 * 1024 * 1024
 MAX_STALL_S = 0.1
 PERSISTENT_CAP = 20_000
 RETAINED_CAP = 10_000
-RETAINED_BYTES_CAP = 8 * 1024 * 1024
+RETAINED_BYTES_CAP = 32 * 1024 * 1024
 
 
 # -- the broker --------------------------------------------------------------------------------
@@ -393,25 +393,32 @@ async def many_client_ids(broker: Broker) -> str:
 async def retained_caps(broker: Broker) -> str:
     client = await Client.open(broker.port)
     await client.connect("retainer")
-    payload = b"r" * 1000
-    codes: dict[int, int] = {}
-    for start in range(1, 20_001, 1000):
-        for n in range(start, start + 1000):
-            topic = f"caps/{n}"
-            client.send(Publish(topic=topic, payload=payload, qos=1, retain=True, packet_id=n))
-        got = 0
-        while got < 1000 and (packet := await client.read()) is not None:
-            if isinstance(packet, Puback):
-                got += 1
-                codes[packet.reason_code] = codes.get(packet.reason_code, 0) + 1
+    outcome = [f"caps {RETAINED_CAP:,} messages / {RETAINED_BYTES_CAP >> 20} MiB"]
+    for count, size in ((500, 100_000), (15_000, 100)):  # the bytes cap, then the count cap
+        codes: dict[int, int] = {}
+        payload = b"r" * size
+        for start in range(0, count, 500):
+            for n in range(start, start + 500):
+                topic = f"caps/{size}/{n}"
+                publish = Publish(topic=topic, payload=payload, qos=1, retain=True, packet_id=n + 1)
+                client.send(publish)
+            got = 0
+            while got < 500 and (packet := await client.read()) is not None:
+                if isinstance(packet, Puback):
+                    got += 1
+                    codes[packet.reason_code] = codes.get(packet.reason_code, 0) + 1
+        outcome.append(
+            f"{count:,} retained x {size:,} B: "
+            + ", ".join(f"{c} x 0x{k:02x}" for k, c in sorted(codes.items()))
+        )
+        if size > 100:  # cleared again (an empty retained message) for the count cap
+            for n in range(count):
+                client.send(Publish(topic=f"caps/{size}/{n}", payload=b"", retain=True))
+    client.send(Disconnect())
+    await asyncio.sleep(1)
     client.close()
     retained = broker.metrics().get("xmq_retained_messages", 0)
-    return (
-        f"caps {RETAINED_CAP:,} messages / {RETAINED_BYTES_CAP >> 20} MiB; 20,000 retained "
-        f"1 KB QoS 1: "
-        + ", ".join(f"{c} x 0x{k:02x}" for k, c in sorted(codes.items()))
-        + f"; {retained:.0f} held"
-    )
+    return "; ".join(outcome) + f"; {retained:.0f} held"
 
 
 def _scram_first(user: str) -> tuple[Properties, bytes]:
