@@ -149,6 +149,8 @@ def route_publish(
         dropped = stats.quota_drops != quota_drops
         delivered.routed = partial(_fanned_out, conn, session, qos, packet_id, dropped)
         conn.fanning_out += 1  # the adapter reads nothing more from it meanwhile
+        if qos == 2:  # received: a re-send after a reconnect meanwhile is not routed again
+            session.inbound_for_update().add(packet_id)
         return
     if qos == 1:
         if delivered:
@@ -173,17 +175,16 @@ def _fanned_out(
 ) -> None:
     """The last slice of a PUBLISH's fan-out is routed (``core.fanout_slices``): its ack."""
     conn.fanning_out -= 1
-    if qos == 0 or conn.session is not session:  # gone: the client sends it again
+    if qos == 0:
         return
     reason = 0
     if not delivered:
         reason = _QUOTA if dropped or quota_dropped else ReasonCode.NO_MATCHING_SUBSCRIBERS
-    if qos == 1:
-        _ack(conn, _PUBACK, packet_id, reason)
+    if qos == 2 and reason >= 0x80:  # a PUBREC >= 0x80 ends the exchange: the id is free
+        session.inbound_qos2.discard(packet_id)
+    if conn.session is not session:  # gone: the client sends it again
         return
-    if reason < 0x80:
-        session.inbound_for_update().add(packet_id)
-    _ack(conn, _PUBREC, packet_id, reason)
+    _ack(conn, _PUBACK if qos == 1 else _PUBREC, packet_id, reason)
 
 
 def _undelivered_reason(stats: BrokerStats, quota_drops_before: int) -> int:

@@ -7,7 +7,7 @@ from typing import cast
 
 from tests.support.sink_link import connect_client
 from tests.support.virtual_loop import VirtualLoop
-from xmq.codec.packets import Puback, Publish
+from xmq.codec.packets import Puback, Publish, Pubrec
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.broker import Broker
 from xmq.core.fanout_slices import PLANNED_PER_DELIVERY, SLICE, Fanout
@@ -147,3 +147,16 @@ async def test_the_puback_goes_after_the_last_slice_with_the_quota_reason() -> N
     assert isinstance(ack, Puback) and ack.packet_id == 9
     assert ack.reason_code == ReasonCode.QUOTA_EXCEEDED  # not "success", not 0x10
     assert broker.stats.quota_drops == SLICE + 1
+
+
+async def test_a_qos2_publish_resent_during_its_fan_out_is_not_routed_twice() -> None:
+    broker = _broker(SLICE + 1)
+    pub, link = await connect_client(broker, "pub")
+    pub.handle(Publish("bcast/x", b"m", qos=2, packet_id=4))
+    assert pub.fanning_out == 1 and link.packets() == []
+    pub.handle(Publish("bcast/x", b"m", qos=2, packet_id=4, dup=True))  # e.g. after a reconnect
+    assert [type(p) for p in link.packets()] == [Pubrec]  # received already: not routed again
+    await _settle(broker)
+    assert [p.packet_id for p in link.packets() if isinstance(p, Pubrec)] == [4]
+    assert _payloads(broker.sessions["s0"]) == [b"m"]
+    assert _payloads(broker.sessions[f"s{SLICE}"]) == [b"m"]
