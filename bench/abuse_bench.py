@@ -9,7 +9,10 @@ p99 during the attack, the longest event-loop stall (the broker's 10 ms loop-lag
 loop's thread spent in the worst stall (``xmq_event_loop_busy_max_seconds``: the rest is
 waiting for a CPU on a shared host), the ``/healthz`` statuses seen, RSS
 before/after, what the broker refused (CONNACK, SUBACK, DISCONNECT, PUBACK reasons, caps and
-drops, from ``/metrics``) and the tracebacks in its log. Not a timed test: a table to read.
+drops, from ``/metrics``) and the tracebacks in its log, and which targets it missed: a
+stall over 100 ms (wall clock or loop CPU), ``/healthz`` not 200, RSS growth over
+``limits.memory_budget_bytes`` (64 MiB here) plus a 40 MiB baseline, any traceback. Not a
+timed test: a table to read.
 
     .venv/bin/python bench/abuse_bench.py [--attack NAME ...] [--markdown]
 """
@@ -51,6 +54,14 @@ _SAMPLE = re.compile(r"^([a-z_]+)(\{[^}]*\})? (\S+)$")
 GOOD_CLIENTS = 100
 GOOD_PASSWORD = "good-password"
 BUDGET = 64 * 1024 * 1024
+"""``limits.memory_budget_bytes`` of every broker the bench starts."""
+BASELINE = 40 * 1024 * 1024
+"""The RSS target: at most the budget plus this fixed baseline of growth during an attack
+(as ``tests/integration/broker/test_memory_budget.py``)."""
+MAX_STALL_S = 0.1
+PERSISTENT_CAP = 20_000
+RETAINED_CAP = 10_000
+RETAINED_BYTES_CAP = 32 * 1024 * 1024
 
 
 # -- the broker --------------------------------------------------------------------------------
@@ -65,6 +76,7 @@ class Broker:
         path.write_text(config)
         self.log_path = Path(self.dir.name) / "broker.log"
         env = dict(os.environ, XMQ_SYS__INTERVAL_S="0", XMQ_METRICS__PORT="0")
+        env["XMQ_LIMITS__MEMORY_BUDGET_BYTES"] = str(BUDGET)
         env["XMQ_METRICS__HOST"] = "127.0.0.1"
         args = [sys.executable, "-m", "xmq", "serve", "--config", str(path)]
         self.proc = subprocess.Popen(
@@ -299,21 +311,42 @@ async def deep_retained(broker: Broker) -> str:
     return f"{refused}/20 65,000-level topics refused; 200 x # got {got} of 200 (127 levels)"
 
 
-async def _park(broker: Broker, client_id: str, topic_filter: str) -> None:
-    """Leave a persistent session subscribed to `topic_filter` offline."""
+async def park_sessions(
+    port: int, prefix: str, topic_filter: str, count: int, concurrency: int = 100
+) -> dict[int, int]:
+    """Leave ``count`` persistent sessions (client ids ``prefix0``, ...) subscribed to
+    ``topic_filter`` offline, ``concurrency`` connections at a time (each sends CONNECT,
+    SUBSCRIBE and DISCONNECT in one write); return how many got each CONNACK reason code
+    (-1: no CONNACK)."""
     props = Properties()
     props.session_expiry_interval = 3600
-    client = await Client.open(broker.port)
-    await client.connect(client_id, clean_start=False, properties=props)
-    client.send(Subscribe(1, [SubscriptionRequest(topic_filter, 1)]))
-    await client.read()
-    client.send(Disconnect())
-    client.close()
+    subscribe = encode(Subscribe(1, [SubscriptionRequest(topic_filter, 1)]), MQTT_5)
+    bye = encode(Disconnect(), MQTT_5)
+    gate = asyncio.Semaphore(concurrency)
+    codes: dict[int, int] = {}
+
+    async def park(n: int) -> None:
+        connect = Connect(client_id=f"{prefix}{n}", clean_start=False, properties=props)
+        code = -1
+        async with gate:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.write(encode(connect, MQTT_5) + subscribe + bye)
+                data = await asyncio.wait_for(reader.read(1 << 16), 60)
+                packets = PacketReader(protocol_version=MQTT_5).feed(data) if data else []
+                if packets and isinstance(packets[0], Connack):
+                    code = packets[0].reason_code
+                writer.close()
+            except (OSError, TimeoutError):
+                pass
+        codes[code] = codes.get(code, 0) + 1
+
+    await asyncio.gather(*(park(n) for n in range(count)))
+    return codes
 
 
 async def offline_fanout(broker: Broker) -> str:
-    for n in range(2000):
-        await _park(broker, f"offline-{n}", "bcast/#")
+    await park_sessions(broker.port, "offline-", "bcast/#", 2000)
     flood = await Client.open(broker.port)
     await flood.connect("flood")
     data = b"".join(
@@ -328,6 +361,64 @@ async def offline_fanout(broker: Broker) -> str:
     flood.close()
     took = time.monotonic() - started
     return f"{len(data)} B read: {acks}/3000 PUBACKs in {took:.1f} s to 2,000 offline sessions"
+
+
+async def one_publish_fanout(broker: Broker) -> str:
+    codes = await park_sessions(broker.port, "wide-", "wide/#", 20_000)
+    publisher = await Client.open(broker.port)
+    await publisher.connect("wide-publisher")
+    started = time.monotonic()
+    for n in range(1, 11):  # each PUBLISH reaches 20,000 sessions
+        publisher.send(Publish(topic="wide/x", payload=b"1", qos=1, packet_id=n))
+    acks: list[int] = []
+    while len(acks) < 10 and (packet := await publisher.read()) is not None:
+        if isinstance(packet, Puback):
+            acks.append(packet.reason_code)
+    publisher.close()
+    took = time.monotonic() - started
+    return (
+        f"{codes.get(0, 0)} sessions parked; 10 PUBLISH x 20,000 sessions: {len(acks)}/10 "
+        f"PUBACKs ({', '.join(sorted({f'0x{code:02x}' for code in acks}))}) in {took:.1f} s"
+    )
+
+
+async def many_client_ids(broker: Broker) -> str:
+    codes = await park_sessions(broker.port, "id-", "ids/#", 50_000)
+    return f"{PERSISTENT_CAP:,} persistent sessions cap; 50,000 client ids: " + ", ".join(
+        f"{count} x 0x{code:02x}" if code >= 0 else f"{count} x no CONNACK"
+        for code, count in sorted(codes.items())
+    )
+
+
+async def retained_caps(broker: Broker) -> str:
+    client = await Client.open(broker.port)
+    await client.connect("retainer")
+    outcome = [f"caps {RETAINED_CAP:,} messages / {RETAINED_BYTES_CAP >> 20} MiB"]
+    for count, size in ((500, 100_000), (15_000, 100)):  # the bytes cap, then the count cap
+        codes: dict[int, int] = {}
+        payload = b"r" * size
+        for start in range(0, count, 500):
+            for n in range(start, start + 500):
+                topic = f"caps/{size}/{n}"
+                publish = Publish(topic=topic, payload=payload, qos=1, retain=True, packet_id=n + 1)
+                client.send(publish)
+            got = 0
+            while got < 500 and (packet := await client.read()) is not None:
+                if isinstance(packet, Puback):
+                    got += 1
+                    codes[packet.reason_code] = codes.get(packet.reason_code, 0) + 1
+        outcome.append(
+            f"{count:,} retained x {size:,} B: "
+            + ", ".join(f"{c} x 0x{k:02x}" for k, c in sorted(codes.items()))
+        )
+        if size > 100:  # cleared again (an empty retained message) for the count cap
+            for n in range(count):
+                client.send(Publish(topic=f"caps/{size}/{n}", payload=b"", retain=True))
+    client.send(Disconnect())
+    await asyncio.sleep(1)
+    client.close()
+    retained = broker.metrics().get("xmq_retained_messages", 0)
+    return "; ".join(outcome) + f"; {retained:.0f} held"
 
 
 def _scram_first(user: str) -> tuple[Properties, bytes]:
@@ -417,7 +508,7 @@ async def half_proxy_headers(broker: Broker) -> str:
 
 
 async def queued_flood(broker: Broker) -> str:
-    await _park(broker, "parked", "flood/#")
+    await park_sessions(broker.port, "parked-", "flood/#", 1)
     flood = await Client.open(broker.port)
     await flood.connect("flooder")
     sent = 0
@@ -461,6 +552,18 @@ def attacks(workdir: Path) -> list[Attack]:
         Attack("subscribe # x1000 vs 5,000 retained", subscribe_hash_x1000),
         Attack("200 x # vs deep retained topics", deep_retained),
         Attack("offline fan-out flood (2,000 x 3,000)", offline_fanout),
+        Attack("one PUBLISH to 20,000 offline sessions x10", one_publish_fanout),
+        Attack(
+            "50,000 persistent client ids",
+            many_client_ids,
+            f"limits: {{max_persistent_sessions: {PERSISTENT_CAP}}}\n",
+        ),
+        Attack(
+            "retained caps",
+            retained_caps,
+            f"limits: {{max_retained_messages: {RETAINED_CAP}, "
+            f"max_retained_bytes: {RETAINED_BYTES_CAP}}}\n",
+        ),
         Attack("abandoned SCRAM x50", abandoned_scram, auth, login),
         Attack("unauthenticated flood", unauthenticated_flood, auth, login),
         Attack("wrong-login flood, 60 addresses", wrong_login_flood, auth, login),
@@ -474,8 +577,7 @@ def attacks(workdir: Path) -> list[Attack]:
         Attack(
             f"queued flood vs {BUDGET >> 20} MiB budget",
             queued_flood,
-            f"limits: {{memory_budget_bytes: {BUDGET}, max_queued_messages: 10000000, "
-            "max_queued_bytes: 4000000000}\n",
+            "limits: {max_queued_messages: 10000000, max_queued_bytes: 4000000000}\n",
         ),
     ]
 
@@ -497,6 +599,23 @@ class Row:
     refused: str
     tracebacks: int
     outcome: str
+    load: float  # the host's 1-minute load average at the end of the attack
+
+    def missed(self) -> list[str]:
+        """The targets this attack missed: stall (wall clock, loop CPU), /healthz, RSS
+        growth over the budget plus the baseline, tracebacks."""
+        missed = []
+        if self.stall_ms > MAX_STALL_S * 1000:
+            missed.append("wall stall")
+        if self.busy_ms > MAX_STALL_S * 1000:
+            missed.append("CPU stall")
+        if "503" in self.healthz or "no answer" in self.healthz:
+            missed.append("/healthz")
+        if self.rss_after_mb - self.rss_before_mb > (BUDGET + BASELINE) / 2**20:
+            missed.append("RSS")
+        if self.tracebacks:
+            missed.append("tracebacks")
+        return missed
 
 
 def _p99(values: list[float]) -> float:
@@ -574,6 +693,7 @@ async def measure(attack: Attack) -> Row:
             _refused(before, after),
             broker.tracebacks(),
             outcome,
+            os.getloadavg()[0],
         )
     finally:
         good.stop()
@@ -584,15 +704,16 @@ def markdown(rows: list[Row]) -> str:
     lines = [
         "| attack | CONNACK p99 | delivery p99 | longest stall (CPU) | /healthz "
         "| RSS before → after "
-        "| refused (reason: count) | tracebacks | what the attacker got |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| refused (reason: count) | tracebacks | what the attacker got | load | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         failed = f" ({r.failed_connects} failed)" if r.failed_connects else ""
         lines.append(
             f"| {r.attack} | {r.connack_p99_ms:.0f} ms{failed} | {r.delivery_p99_ms:.0f} ms "
             f"| {r.stall_ms:.0f} ms ({r.busy_ms:.0f}) | {r.healthz} | {r.rss_before_mb:.0f} → "
-            f"{r.rss_after_mb:.0f} MB | {r.refused} | {r.tracebacks} | {r.outcome} |"
+            f"{r.rss_after_mb:.0f} MB | {r.refused} | {r.tracebacks} | {r.outcome} "
+            f"| {r.load:.1f} | {'missed: ' + ', '.join(r.missed()) if r.missed() else 'met'} |"
         )
     return "\n".join(lines)
 
@@ -618,6 +739,7 @@ async def main() -> None:
             print(row, file=sys.stderr, flush=True)
             rows.append(row)
     print(markdown(rows))
+    print(f"load average {' '.join(f'{v:.1f}' for v in os.getloadavg())} at the end")
 
 
 if __name__ == "__main__":

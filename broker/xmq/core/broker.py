@@ -30,6 +30,8 @@ from xmq.core.cluster_ports import (
     SessionDirectory,
 )
 from xmq.core.deadline_wheel import DeadlineWheel
+from xmq.core.fanout_slices import SLICE as FANOUT_SLICE
+from xmq.core.fanout_slices import Fanout, FanoutSlices, Matches, Plan, extend_plan
 from xmq.core.held_acks import AckGate
 from xmq.core.lease_fence import LeaseFence
 from xmq.core.memory_cost import retained_cost
@@ -48,7 +50,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xmq.broker")
 
-Plan = list[tuple[Session, Subscription, tuple[int, ...]]]
 _NO_IDS: tuple[int, ...] = ()
 
 
@@ -65,6 +66,8 @@ class Broker(AuthEvents):
         self.retained: RetainedStore[Message] = RetainedStore(retained_cost)
         self.connections: set[ClientConnection] = set()
         self.plans: MatchCache[Plan] = MatchCache()
+        self.fanouts = FanoutSlices(self)  # large fan-outs, a slice per loop turn
+        self.subscription_generation = 0  # bumped by every non-shared subscription change
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
         self.deadlines = DeadlineWheel(lambda: self.loop)  # keep alive, connect timeouts
@@ -317,6 +320,7 @@ class Broker(AuthEvents):
         if sub.share_group is None:
             self.subscriptions.add(sub.topic_filter, session, sub)
             self.plans.invalidate(sub.topic_filter)
+            self.subscription_generation += 1  # plans being built over turns are stale
         else:
             self.shared.add(sub.share_group, sub.topic_filter, session, sub)
         return previous is None
@@ -339,44 +343,36 @@ class Broker(AuthEvents):
             self.shared.remove(sub.share_group, sub.topic_filter, session)
             return
         self.plans.invalidate(sub.topic_filter)
+        self.subscription_generation += 1
 
     def subscription_count(self) -> int:
         return len(self.subscriptions) + len(self.shared)
 
     # -- routing ----------------------------------------------------------------------------
 
-    def _plan(self, topic: str) -> Plan:
-        matches = self.subscriptions.match(topic)
+    def _plan(self, topic: str, matches: Matches) -> Plan:
         plan: Plan = []
-        index: dict[Session, int] = {}
-        for session, sub in matches:
-            ids = (sub.identifier,) if sub.identifier else _NO_IDS
-            at = index.get(session)
-            if at is None:
-                index[session] = len(plan)
-                plan.append((session, sub, ids))
-                continue
-            # Overlapping filters of one client: one delivery, highest QoS, every identifier.
-            _, first, first_ids = plan[at]
-            merged = Subscription(
-                session,
-                first.topic_filter,
-                max(first.qos, sub.qos),
-                first.no_local and sub.no_local,
-                first.retain_as_published or sub.retain_as_published,
-            )
-            plan[at] = (session, merged, first_ids + ids)
+        extend_plan(plan, {}, matches, 0, len(matches))
         self.plans.put(topic, plan)
         return plan
 
-    def publish(self, message: Message, context: DurableContext = NO_DURABLE_CONTEXT) -> int:
-        """Route a message to every matching subscription; return the number of deliveries.
+    def publish(
+        self, message: Message, context: DurableContext = NO_DURABLE_CONTEXT
+    ) -> int | Fanout:
+        """Route a message to every matching subscription; return the number of deliveries,
+        or the ``Fanout`` still in progress.
 
         ``context.hold`` (cluster only): the publisher's held acknowledgement. The local
         persistent sessions' records hold it (``Session.deliver`` -> ``DurableStore.record``),
         and so does the cluster router, for the durable records on other nodes.
+
+        A plan of more than ``fanout_slices.SLICE`` local sessions (or a message whose
+        publisher has one in progress) is routed a slice per loop turn: the ``Fanout`` is
+        returned, and its ``routed`` (set by the caller) is called with the deliveries once
+        the last slice is done.
         """
-        count = self.publish_from_peer(message, context)
+        local = self._route_local(message, context)
+        count = 0
         cluster = self.cluster
         if cluster is not None:
             count += cluster.forward(message, context.hold)
@@ -390,7 +386,10 @@ class Broker(AuthEvents):
                     and self._shared_elsewhere(cluster, group, message, context.hold)
                 ) or self._deliver_shared(group, message, now, (), context):
                     count += 1
-        return count
+        if isinstance(local, int):
+            return local + count
+        local.count += count  # counted in what ``routed`` is given
+        return local
 
     # -- cluster entry points ---------------------------------------------------------------
 
@@ -398,7 +397,19 @@ class Broker(AuthEvents):
         self, message: Message, context: DurableContext = NO_DURABLE_CONTEXT
     ) -> int:
         """Retained store and local non-shared subscribers: all of a message another node
-        routed here (``context.forward_id``: its id), and the first step of ``publish``."""
+        routed here (``context.forward_id``: its id), in one turn whatever its fan-out."""
+        local = self._route_local(message, context, split=False)
+        assert isinstance(local, int)
+        return local
+
+    def _route_local(
+        self,
+        message: Message,
+        context: DurableContext,
+        split: bool = True,
+    ) -> int | Fanout:
+        """The retained store and the local non-shared subscribers (the first step of
+        ``publish``): the deliveries made, or the fan-out going on in later loop turns."""
         topic = message.topic
         if message.retain:
             if message.payload:
@@ -406,10 +417,16 @@ class Broker(AuthEvents):
             else:
                 self.retained.delete(topic)
         plan = self.plans.entries.get(topic)
-        if plan is None:
-            plan = self._plan(topic)
         now = self.now() if message.expires_at is not None else 0.0
+        if plan is None:
+            matches = self.subscriptions.match(topic)
+            if split and len(matches) > FANOUT_SLICE:  # planned a slice per turn too
+                return self.fanouts.add(message, [], now, context, matches)
+            plan = self._plan(topic, matches)
         origin = message.origin
+        waiting = self.fanouts.waiting
+        if split and (len(plan) > FANOUT_SLICE or (waiting and origin in waiting)):
+            return self.fanouts.add(message, plan, now, context)
         mqos = message.qos
         retain = message.retain
         count = 0

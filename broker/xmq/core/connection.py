@@ -92,6 +92,7 @@ class ClientConnection:
         "session",
         "state",
         "terms",
+        "fanning_out",
         "username",
         "version",
         "wheel_slot",
@@ -129,6 +130,7 @@ class ClientConnection:
         self.auth_exchange: tuple[AuthExchange, Connect | None] | None = None
         self.wheel_slot = 0  # its slot in the broker's deadline wheel (0: not filed)
         self.retained_feed: RetainedFeed | None = None  # retained messages still owed
+        self.fanning_out = 0  # its PUBLISHes still being fanned out (``core.fanout_slices``)
 
     # -- input ------------------------------------------------------------------------------
 

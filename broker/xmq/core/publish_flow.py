@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,7 @@ from xmq.codec.packets import MQTT_5, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.cluster_ports import DurableContext
-from xmq.core.held_acks import AckGate
+from xmq.core.held_acks import AckGate, HeldAck
 from xmq.core.message import EncodedPublish, Message
 from xmq.routing.topics import TopicError, has_wildcard, validate_topic_name
 
@@ -25,6 +26,7 @@ _PUBREC = b"\x50\x02"
 _PUBREL = b"\x62\x02"
 _PUBCOMP = b"\x70\x02"
 _NOT_FOUND = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
+_QUOTA = ReasonCode.QUOTA_EXCEEDED
 
 
 _ACK_HEAD = struct.Struct("!BBH")
@@ -144,6 +146,13 @@ def route_publish(
         started = perf_counter()
         delivered = broker.publish(message)
         stats.route_seconds.observe(perf_counter() - started)
+    if not isinstance(delivered, int):  # a large fan-out: acknowledged after its last slice
+        dropped = stats.quota_drops != quota_drops
+        delivered.routed = partial(_fanned_out, conn, session, qos, packet_id, dropped)
+        conn.fanning_out += 1  # the adapter reads nothing more from it meanwhile
+        if qos == 2:  # received: a re-send after a reconnect meanwhile is not routed again
+            session.inbound_received(packet_id)
+        return
     if qos == 1:
         if delivered:
             conn.link.write(_ACK_HEAD.pack(0x40, 2, packet_id))
@@ -154,6 +163,29 @@ def route_publish(
         if reason < 0x80:  # a PUBREC >= 0x80 ends the exchange: no PUBREL will come
             session.inbound_received(packet_id)
         _ack(conn, _PUBREC, packet_id, reason)
+
+
+def _fanned_out(
+    conn: ClientConnection,
+    session: Session,
+    qos: int,
+    packet_id: int,
+    dropped: bool,
+    delivered: int,
+    quota_dropped: bool,
+) -> None:
+    """The last slice of a PUBLISH's fan-out is routed (``core.fanout_slices``): its ack."""
+    conn.fanning_out -= 1
+    if qos == 0:
+        return
+    reason = 0
+    if not delivered:
+        reason = _QUOTA if dropped or quota_dropped else ReasonCode.NO_MATCHING_SUBSCRIBERS
+    if qos == 2 and reason >= 0x80:  # a PUBREC >= 0x80 ends the exchange: the id is free
+        session.inbound_released(packet_id)
+    if conn.session is not session:  # gone: the client sends it again
+        return
+    _ack(conn, _PUBACK if qos == 1 else _PUBREC, packet_id, reason)
 
 
 def _undelivered_reason(stats: BrokerStats, quota_drops_before: int) -> int:
@@ -187,7 +219,24 @@ def _route_held(
         broker.stats.route_seconds.observe(perf_counter() - started)
     else:
         delivered = broker.publish(message, context)
-    held.routed(delivered, broker.stats.quota_drops != quota_drops)
+    dropped = broker.stats.quota_drops != quota_drops
+    if not isinstance(delivered, int):  # a large fan-out: the ack waits for its last slice
+        delivered.routed = partial(_held_fanned_out, conn, held, dropped)
+        conn.fanning_out += 1
+        return
+    held.routed(delivered, dropped)
+
+
+def _held_fanned_out(
+    conn: ClientConnection,
+    held: HeldAck,
+    dropped: bool,
+    delivered: int,
+    quota_dropped: bool,
+) -> None:
+    """The last slice of a held PUBLISH's fan-out is routed: its routing's hold goes."""
+    conn.fanning_out -= 1
+    held.routed(delivered, dropped or quota_dropped)
 
 
 def _refuse_retained(conn: ClientConnection, qos: int, packet_id: int, cap: str) -> None:

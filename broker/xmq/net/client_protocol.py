@@ -4,8 +4,9 @@
 until the packets handled have planned ``READ_SLICE_DELIVERIES`` deliveries (each packet
 counting as ``PACKET_WORK``): the rest of the read waits for the next loop turn
 (``call_soon``) with reading paused, so one read of thousands of PUBLISH packets fanned out
-to thousands of sessions cannot hold the loop for seconds. Each PUBLISH is still routed whole
-before its acknowledgement, and packets keep their order.
+to thousands of sessions cannot hold the loop for seconds. A PUBLISH whose own fan-out is
+routed over several turns (``core.fanout_slices``; ``ClientConnection.fanning_out``) holds
+the rest of the read the same way until its last slice. Packets keep their order.
 Output is appended to one ``bytearray`` per connection and written once per loop tick for all
 connections that have output (``FlushScheduler``), so a burst of deliveries to one client costs
 one ``write`` system call.
@@ -151,7 +152,7 @@ class MqttClientProtocol(asyncio.Protocol):
         conn = self.conn
         conn.last_seen = now
         self._stats.bytes_received += len(data)
-        if conn.state == CONNECTED and not self.reader.pending:
+        if conn.state == CONNECTED and not self.reader.pending and self._backlog is None:
             first = data[0]
             if first == 0x40:
                 acked = plain_puback_ids(data)  # the common read of a fan-out subscriber
@@ -165,6 +166,8 @@ class MqttClientProtocol(asyncio.Protocol):
                     topic, qos, packet_id, payload, head, tail = plain
                     wire = (head, tail)
                     route_publish(conn, topic, qos, False, payload, None, packet_id, wire)
+                    if conn.fanning_out:
+                        self._defer([], None)
                     return
         error: ProtocolError | None = None
         try:
@@ -198,19 +201,29 @@ class MqttClientProtocol(asyncio.Protocol):
             if self._closing:
                 return
             conn.handle(packet)
+            if conn.fanning_out:  # its fan-out goes on in later turns: so does the read
+                self._defer(packets[index + 1 :], error)
+                return
             work = stats.deliveries_routed - started + index * PACKET_WORK
             if index < last and work >= READ_SLICE_DELIVERIES:
-                self._backlog = packets[index + 1 :]
-                self._backlog_error = error
-                if self._transport is not None:
-                    self._transport.pause_reading()
-                conn.broker.loop.call_soon(self._resume_backlog)
+                self._defer(packets[index + 1 :], error)
                 return
         if error is not None and not self._closing:
             conn.protocol_error(error)
             self._closing = True
 
+    def _defer(self, packets: list[Packet], error: ProtocolError | None) -> None:
+        """Keep the rest of a read for a later loop turn, reading paused meanwhile."""
+        self._backlog = packets
+        self._backlog_error = error
+        if self._transport is not None:
+            self._transport.pause_reading()
+        self.conn.broker.loop.call_soon(self._resume_backlog)
+
     def _resume_backlog(self) -> None:
+        if self.conn.fanning_out and not self._closing:  # still routing a PUBLISH's fan-out
+            self.conn.broker.loop.call_soon(self._resume_backlog)
+            return
         packets, self._backlog = self._backlog, None
         error, self._backlog_error = self._backlog_error, None
         if packets is None or self._closing:

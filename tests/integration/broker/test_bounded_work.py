@@ -1,13 +1,16 @@
 """Bounded work per loop turn, against a real broker over real sockets: the abusive
-SUBSCRIBE and the one-read flood of issue 13, with the event-loop stall read from /metrics."""
+SUBSCRIBE, the one-read flood and the one PUBLISH to 20,000 sessions of issue 13, with the
+event-loop stall read from /metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
 import pytest
 
+from bench.abuse_bench import park_sessions
 from tests.support.broker_process import BrokerProcess
 from tests.support.http_probe import http, metric, wait_port
 from tests.support.raw_client import RawClient
@@ -154,6 +157,29 @@ def test_one_read_of_3000_qos1_publishes_to_500_offline_sessions(broker: BrokerP
     assert max(pings) < MAX_STALL_S
     port = wait_port(broker, "metrics")
     assert metric(port, "xmq_deliveries_routed_total") >= 1_500_000
+    assert http(port, "/healthz")[0] == 200
+    publisher.close()
+    pinger.close()
+
+
+def test_a_ping_is_answered_while_one_publish_fans_out_to_20000_sessions(
+    broker: BrokerProcess,
+) -> None:
+    sessions = 20_000
+    assert asyncio.run(park_sessions(broker.port, "offline-", "bcast/#", sessions)) == {0: sessions}
+    pinger = _pinger(broker)
+    publisher = RawClient(broker.port)
+    publisher.connect("fan-out")
+    publisher.send_packet(Publish(topic="bcast/x", payload=b"1", qos=1, packet_id=1))
+    answered = 0  # pings answered before the PUBACK, which comes after the last slice
+    while publisher.read_nothing(0.001):
+        _ping_time(pinger)
+        answered += 1
+    ack = publisher.read_packet(60)
+    assert isinstance(ack, Puback) and ack.packet_id == 1 and ack.reason_code == 0
+    assert answered >= 3  # the unsliced fan-out answered none: it held the loop throughout
+    port = wait_port(broker, "metrics")
+    assert metric(port, "xmq_deliveries_routed_total") >= sessions
     assert http(port, "/healthz")[0] == 200
     publisher.close()
     pinger.close()

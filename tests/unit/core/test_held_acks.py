@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
 from tests.support.sink_link import SinkLink, connect_client
@@ -17,6 +18,7 @@ from xmq.codec.packets import (
 from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, DurableHold
+from xmq.core.fanout_slices import SLICE
 from xmq.core.held_acks import AckGate
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session
@@ -251,3 +253,23 @@ def test_a_message_dropped_everywhere_for_a_quota_is_quota_exceeded() -> None:
     other.release()
     assert fake.link.packets()[-1] == Pubrec(6)
     assert ids == {6}
+
+
+async def test_a_sliced_fan_out_holds_the_puback_for_the_records_of_every_slice() -> None:
+    broker, store, router = _cluster_broker()
+    for n in range(SLICE + 10):
+        conn, _ = await connect_client(broker, f"sub{n}", _persistent(f"sub{n}"))
+        conn.handle(Subscribe(1, [SubscriptionRequest("t", 1)]))
+    pub, pub_link = await connect_client(broker, "pub")
+    pub.handle(Publish("t", b"m", qos=1, packet_id=5))
+    for _ in range(100):  # the fan-out's loop turns
+        if not pub.fanning_out:
+            break
+        await asyncio.sleep(0)
+    assert pub.fanning_out == 0
+    assert len(store.pending) == SLICE + 10
+    assert all(hold is not None for _, _, hold in store.pending)  # later slices' records too
+    router.confirm()
+    assert pub_link.packets() == []
+    store.write_all()
+    assert pub_link.packets() == [Puback(5)]

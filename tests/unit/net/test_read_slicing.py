@@ -1,4 +1,5 @@
-"""One read of many PUBLISH packets with a large fan-out is handled over several loop turns."""
+"""One read of many PUBLISH packets with a large fan-out is handled over several loop turns,
+and so is one PUBLISH whose own fan-out is too large for one turn."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from xmq.codec.reader import PacketReader
 from xmq.codec.writer import encode
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
+from xmq.core.fanout_slices import SLICE
 from xmq.core.session import Session, Subscription
 from xmq.core.settings import CoreSettings
 from xmq.net.client_protocol import (
@@ -47,12 +49,12 @@ class _Transport:
 
 
 def _setup(
-    throttle: tuple[float, int] | None = None,
+    throttle: tuple[float, int] | None = None, sessions: int = _SESSIONS
 ) -> tuple[Broker, VirtualLoop, MqttClientProtocol, _Transport]:
     loop = VirtualLoop()
     broker = Broker(CoreSettings())
     broker._loop = cast(asyncio.AbstractEventLoop, loop)
-    for n in range(_SESSIONS):  # offline persistent sessions on bcast/#
+    for n in range(sessions):  # offline persistent sessions on bcast/#
         session = Session(f"offline-{n}", broker.settings.queues, broker.stats, expiry_s=600)
         broker.sessions[session.client_id] = session
         broker.subscribe(session, Subscription(session, "bcast/#", 1))
@@ -74,10 +76,10 @@ def _setup(
     return broker, loop, protocol, transport
 
 
-def _flood() -> bytes:
+def _flood(messages: int = _MESSAGES) -> bytes:
     return b"".join(
-        encode(Publish(topic="bcast/x", payload=b"1", qos=1, packet_id=n), MQTT_5)
-        for n in range(1, _MESSAGES + 1)
+        encode(Publish(topic="bcast/x", payload=str(n).encode(), qos=1, packet_id=n), MQTT_5)
+        for n in range(1, messages + 1)
     )
 
 
@@ -156,3 +158,50 @@ def test_a_throttled_publisher_is_charged_for_every_slice() -> None:
     assert _pubacks(transport) == list(range(1, _MESSAGES + 1))
     assert protocol._bucket.tokens == 10 - _MESSAGES  # all of them, not the first slice
     assert _paused(transport)  # until the debt is repaid
+
+
+def test_one_publish_with_a_huge_fan_out_is_routed_a_slice_per_turn() -> None:
+    sessions = 5 * SLICE + 100
+    broker, loop, protocol, transport = _setup(sessions=sessions)
+    stats = broker.stats
+    routed = stats.deliveries_routed
+    protocol.data_received(_flood(3))  # three PUBLISHes in one read, each to every session
+    assert stats.deliveries_routed - routed <= SLICE  # the old code: the first 5,220 at once
+    assert stats.messages_received == 1  # the next packets wait for the first's fan-out
+    assert _paused(transport)
+    assert _pubacks(transport) == []  # acknowledged after its last slice only
+    turns = 0
+    acked_after: dict[int, int] = {}
+    while loop.pending():
+        before = stats.deliveries_routed
+        loop.run_turn()
+        protocol.flush()
+        turns += 1
+        assert stats.deliveries_routed - before <= SLICE
+        for packet_id in _pubacks(transport):
+            acked_after.setdefault(packet_id, stats.deliveries_routed - routed)
+    assert stats.deliveries_routed - routed == 3 * sessions
+    assert turns >= 3 * sessions // SLICE
+    assert _pubacks(transport) == [1, 2, 3]
+    assert acked_after[1] >= sessions  # PUBACK 1 only once every session had message 1
+    assert acked_after[2] >= 2 * sessions
+    assert not _paused(transport)
+    for name in ("offline-0", f"offline-{sessions - 1}"):  # first and last slice: in order
+        queue = broker.sessions[name].queue
+        assert [d.message.payload for d in queue] == [b"1", b"2", b"3"]
+
+
+def test_the_plain_publish_fast_path_waits_for_its_fan_out_too() -> None:
+    sessions = 2 * SLICE + 1
+    broker, loop, protocol, transport = _setup(sessions=sessions)
+    protocol.data_received(_flood(1))  # one plain PUBLISH in a read: the adapter's fast path
+    assert broker.stats.deliveries_routed <= SLICE
+    assert _paused(transport)
+    protocol.data_received(_flood(2)[len(_flood(1)) :])  # a transport that read on anyway
+    assert broker.stats.messages_received == 1  # kept in the backlog, in order
+    while loop.pending():
+        loop.run_turn()
+    protocol.flush()
+    assert _pubacks(transport) == [1, 2]
+    assert not _paused(transport)
+    assert [d.message.payload for d in broker.sessions["offline-0"].queue] == [b"1", b"2"]
