@@ -65,6 +65,7 @@ class _Entry:
         "failing_since",
         "guard",
         "if_lost",
+        "lost_form",
         "payload",
         "retry",
         "script",
@@ -86,10 +87,49 @@ class _Entry:
         self.payload = encode_command(args)
         self.failing_since = 0.0  # loop time of the first failure (0: none yet)
         self.if_lost: tuple[Any, ...] | None = None  # sent instead after a lost connection
+        self.lost_form: Callable[[], tuple[Any, ...]] | None = None  # if_lost, made when needed
 
     def rewrite(self, args: tuple[Any, ...]) -> None:
         self.args = args
         self.payload = encode_command(args)
+
+
+Combine = Callable[[Any, list[Any], bool], tuple[str, tuple[Any, ...], tuple[Any, ...]]]
+"""``combine(group, items, once)``: the script call (text, keys, args) carrying ``items``;
+``once``: the form to send again after a lost connection (it may have been applied)."""
+
+MAX_COALESCED = 512
+"""Items of one coalesced script call at most (bounds the time Redis spends in one script)."""
+
+
+class _Item:
+    """One write queued to be coalesced with its neighbours into one script call."""
+
+    __slots__ = ("callback", "combine", "group", "item")
+
+    def __init__(self, combine: Combine, group: Any, item: Any, callback: Callback) -> None:
+        self.combine = combine
+        self.group = group
+        self.item = item
+        self.callback = callback
+
+    # (an item is a durable write: kept, never failed fast)
+    retry = True
+    guard = None
+
+
+def _split(callbacks: list[Callback]) -> Callback:
+    """The reply of a coalesced call, handed out per item (an error to each of them)."""
+
+    def split(reply: Any) -> None:
+        many = isinstance(reply, list) and len(reply) == len(callbacks)
+        for n, callback in enumerate(callbacks):
+            try:
+                callback(reply[n] if many else reply)
+            except Exception:
+                log.exception("redis reply callback failed")
+
+    return split
 
 
 class RedisBatcher:
@@ -115,7 +155,7 @@ class RedisBatcher:
         self._conn: RespConnection | None = None
         self._address = ""  # host:port of the last connection
         self._connecting: asyncio.Task[None] | None = None
-        self._pending: list[_Entry] = []
+        self._pending: list[_Entry | _Item] = []
         self._retrying: list[_Entry] = []  # sent again after the backoff, before _pending
         self._retry_timer: asyncio.TimerHandle | None = None
         self._backoff_s = BACKOFF_FIRST_S
@@ -172,14 +212,21 @@ class RedisBatcher:
 
         ``args_if_lost``: the arguments to send instead when the call is cut off by a lost
         connection (it may have been applied: e.g. a record push made push-if-absent)."""
-        sha = self._shas.get(text)
-        if sha is None:
-            sha = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis's script id
-            self._shas[text] = sha
+        sha = self._sha(text)
         entry = _Entry(("EVALSHA", sha, len(keys), *keys, *args), callback, retry, guard, text)
         if args_if_lost is not None:
             entry.if_lost = ("EVALSHA", sha, len(keys), *keys, *args_if_lost)
         self._add(entry)
+
+    def coalesced(self, combine: Combine, group: Any, item: Any, callback: Callback) -> None:
+        """Queue a durable write that goes out in ONE script call with the items queued next
+        to it (same ``combine`` and ``group``, none other between them) by the next flush.
+
+        The call is built by ``combine`` at the flush; each item's ``callback`` gets its own
+        element of the reply list, or the call's error (a refused call fails every item in
+        it). It is retried as one entry: cut off by a lost connection it is sent again as
+        ``combine(group, items, True)``."""
+        self._add(_Item(combine, group, item, callback))
 
     def call_script(
         self, text: str, keys: tuple[Any, ...], args: tuple[Any, ...]
@@ -198,7 +245,7 @@ class RedisBatcher:
         self.script(text, keys, args, callback=done, retry=False, guard=lambda: not future.done())
         return future
 
-    def _add(self, entry: _Entry) -> None:
+    def _add(self, entry: _Entry | _Item) -> None:
         self._pending.append(entry)
         self._idle.clear()
         if not self._armed and not self._inflight and self._retry_timer is None:
@@ -269,11 +316,28 @@ class RedisBatcher:
         batch, self._pending = self._pending, []
         parts: list[bytes] = []
         callbacks: list[Callback] = []
+        run: list[_Item] = []
         for entry in batch:
+            if type(entry) is _Item:
+                if run and (
+                    entry.combine is not run[0].combine
+                    or entry.group != run[0].group
+                    or len(run) == MAX_COALESCED
+                ):
+                    self._add_coalesced(run, parts, callbacks)
+                    run = []
+                run.append(entry)
+                continue
+            if run:
+                self._add_coalesced(run, parts, callbacks)
+                run = []
+            assert type(entry) is _Entry
             if entry.guard is not None and not entry.guard():
                 continue
             parts.append(entry.payload)
             callbacks.append(self._reply_for(entry))
+        if run:
+            self._add_coalesced(run, parts, callbacks)
         if not parts:
             self._check_idle()
             return
@@ -284,6 +348,33 @@ class RedisBatcher:
         self.commands += len(parts)
         callbacks[-1] = self._timed(callbacks[-1])
         conn.send(b"".join(parts), callbacks)
+
+    def _add_coalesced(
+        self, run: list[_Item], parts: list[bytes], callbacks: list[Callback]
+    ) -> None:
+        """One script call for a run of coalesced items, an entry retried like any other."""
+        first = run[0]
+        items = [item.item for item in run]
+        text, keys, args = first.combine(first.group, items, False)
+        split = _split([item.callback for item in run])
+        entry = _Entry(
+            ("EVALSHA", self._sha(text), len(keys), *keys, *args), split, True, None, text
+        )
+
+        def lost_form() -> tuple[Any, ...]:
+            _, _, if_lost = first.combine(first.group, items, True)
+            return ("EVALSHA", entry.args[1], len(keys), *keys, *if_lost)
+
+        entry.lost_form = lost_form
+        parts.append(entry.payload)
+        callbacks.append(self._reply_for(entry))
+
+    def _sha(self, text: str) -> str:
+        sha = self._shas.get(text)
+        if sha is None:
+            sha = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis's script id
+            self._shas[text] = sha
+        return sha
 
     def _timed(self, last: Callback) -> Callback:
         """The pipeline's last reply also measures its round trip."""
@@ -400,7 +491,9 @@ class RedisBatcher:
         if kind == "noscript":
             assert entry.script is not None
             entry.rewrite(("EVAL", entry.script, *entry.args[2:]))
-        elif kind == "connection_lost" and entry.if_lost is not None:
+        elif kind == "connection_lost" and entry.lost_form is not None:
+            entry.if_lost, entry.lost_form = entry.lost_form(), None
+        if kind == "connection_lost" and entry.if_lost is not None:
             if entry.args[0] == "EVAL":  # (sent as EVAL after a NOSCRIPT already)
                 entry.rewrite(("EVAL", entry.script, *entry.if_lost[2:]))
             else:
@@ -436,7 +529,7 @@ class RedisBatcher:
 
     def _fail_fast(self, error: Exception) -> None:
         """Without a connection, connect-path look-ups fail now; durable writes wait."""
-        kept: list[_Entry] = []
+        kept: list[_Entry | _Item] = []
         for entry in self._pending:
             if entry.retry:
                 kept.append(entry)
