@@ -105,17 +105,57 @@ MAX_COALESCED = 512
 class _Item:
     """One write queued to be coalesced with its neighbours into one script call."""
 
-    __slots__ = ("callback", "combine", "group", "item")
+    __slots__ = ("callback", "combine", "group", "item", "keys")
 
-    def __init__(self, combine: Combine, group: Any, item: Any, callback: Callback) -> None:
+    def __init__(
+        self, combine: Combine, group: Any, item: Any, keys: tuple[str, ...], callback: Callback
+    ) -> None:
         self.combine = combine
         self.group = group
         self.item = item
+        self.keys = keys  # the keys it writes (see _Run)
         self.callback = callback
 
     # (an item is a durable write: kept, never failed fast)
     retry = True
     guard = None
+
+
+class _Run:
+    """The coalesced items of one flush that go in one call, at the place of the first.
+
+    Items join it across the plain commands queued between them unless such a command names
+    a key an item of the run writes (an ``LREM`` of a record in the run, an ``SREM`` of an
+    inbound id in it): then the call goes before that command, and later items start a new
+    run. So every key sees its writes in the order they were queued."""
+
+    __slots__ = ("at", "items", "keys")
+
+    def __init__(self, first: _Item, at: int) -> None:
+        self.items = [first]
+        self.keys = set(first.keys)
+        self.at = at
+
+    def takes(self, item: _Item) -> bool:
+        first = self.items[0]
+        return (
+            item.combine is first.combine
+            and item.group == first.group
+            and len(self.items) < MAX_COALESCED
+        )
+
+    def add(self, item: _Item) -> None:
+        self.items.append(item)
+        self.keys.update(item.keys)
+
+    def touched_by(self, entry: _Entry) -> bool:
+        """Whether the command names a key of the run (any argument: keys are arguments)."""
+        keys = self.keys
+        return any(arg in keys for arg in entry.args[1:] if type(arg) is str)
+
+
+def _ignore(reply: Any) -> None:
+    """A placeholder, replaced before the pipeline is sent."""
 
 
 def _split(callbacks: list[Callback]) -> Callback:
@@ -218,15 +258,24 @@ class RedisBatcher:
             entry.if_lost = ("EVALSHA", sha, len(keys), *keys, *args_if_lost)
         self._add(entry)
 
-    def coalesced(self, combine: Combine, group: Any, item: Any, callback: Callback) -> None:
-        """Queue a durable write that goes out in ONE script call with the items queued next
-        to it (same ``combine`` and ``group``, none other between them) by the next flush.
+    def coalesced(
+        self,
+        combine: Combine,
+        group: Any,
+        item: Any,
+        keys: tuple[str, ...],
+        callback: Callback,
+    ) -> None:
+        """Queue a durable write that goes out in ONE script call with the other items of the
+        next flush (same ``combine`` and ``group``), placed where the first of them was queued.
+        ``keys``: the keys it writes; a command queued between them that names one of those
+        keys ends the call before it (every key's writes stay in their order).
 
         The call is built by ``combine`` at the flush; each item's ``callback`` gets its own
         element of the reply list, or the call's error (a refused call fails every item in
         it). It is retried as one entry: cut off by a lost connection it is sent again as
         ``combine(group, items, True)``."""
-        self._add(_Item(combine, group, item, callback))
+        self._add(_Item(combine, group, item, keys, callback))
 
     def call_script(
         self, text: str, keys: tuple[Any, ...], args: tuple[Any, ...]
@@ -316,27 +365,28 @@ class RedisBatcher:
         batch, self._pending = self._pending, []
         parts: list[bytes] = []
         callbacks: list[Callback] = []
-        run: list[_Item] = []
+        run: _Run | None = None
         for entry in batch:
             if type(entry) is _Item:
-                if run and (
-                    entry.combine is not run[0].combine
-                    or entry.group != run[0].group
-                    or len(run) == MAX_COALESCED
-                ):
+                if run is not None and not run.takes(entry):
                     self._add_coalesced(run, parts, callbacks)
-                    run = []
-                run.append(entry)
+                    run = None
+                if run is None:  # the call goes where its first item was queued
+                    run = _Run(entry, len(parts))
+                    parts.append(b"")
+                    callbacks.append(_ignore)
+                else:
+                    run.add(entry)
                 continue
-            if run:
-                self._add_coalesced(run, parts, callbacks)
-                run = []
             assert type(entry) is _Entry
+            if run is not None and run.touched_by(entry):
+                self._add_coalesced(run, parts, callbacks)  # it must go before this command
+                run = None
             if entry.guard is not None and not entry.guard():
                 continue
             parts.append(entry.payload)
             callbacks.append(self._reply_for(entry))
-        if run:
+        if run is not None:
             self._add_coalesced(run, parts, callbacks)
         if not parts:
             self._check_idle()
@@ -349,14 +399,12 @@ class RedisBatcher:
         callbacks[-1] = self._timed(callbacks[-1])
         conn.send(b"".join(parts), callbacks)
 
-    def _add_coalesced(
-        self, run: list[_Item], parts: list[bytes], callbacks: list[Callback]
-    ) -> None:
+    def _add_coalesced(self, run: _Run, parts: list[bytes], callbacks: list[Callback]) -> None:
         """One script call for a run of coalesced items, an entry retried like any other."""
-        first = run[0]
-        items = [item.item for item in run]
+        first = run.items[0]
+        items = [item.item for item in run.items]
         text, keys, args = first.combine(first.group, items, False)
-        split = _split([item.callback for item in run])
+        split = _split([item.callback for item in run.items])
         entry = _Entry(
             ("EVALSHA", self._sha(text), len(keys), *keys, *args), split, True, None, text
         )
@@ -366,8 +414,8 @@ class RedisBatcher:
             return ("EVALSHA", entry.args[1], len(keys), *keys, *if_lost)
 
         entry.lost_form = lost_form
-        parts.append(entry.payload)
-        callbacks.append(self._reply_for(entry))
+        parts[run.at] = entry.payload
+        callbacks[run.at] = self._reply_for(entry)
 
     def _sha(self, text: str) -> str:
         sha = self._shas.get(text)

@@ -207,7 +207,12 @@ class RedisSessionStore:
         a stale run's write is refused (``FENCED``: the callback gets the failure)."""
         identity = self.identity
         writer = (identity.node_id, identity.epoch)
-        self.batcher.coalesced(self._fenced, writer, ("r", client_id, raw, forward_id), callback)
+        keys = self.keys
+        written: tuple[str, ...] = (keys.session_queue(client_id),)
+        if forward_id:
+            written = (*written, keys.session_seen(client_id, forward_id))
+        item = ("r", client_id, raw, forward_id)
+        self.batcher.coalesced(self._fenced, writer, item, written, callback)
 
     def _fenced_call(
         self, writer: tuple[str, int], writes: list[FencedWrite], once: bool
@@ -288,6 +293,7 @@ class RedisSessionStore:
                 self._fenced,
                 (identity.node_id, identity.epoch),
                 ("i", session.client_id, str(packet_id), ""),
+                (key,),
                 callback or _ignore,
             )
             return

@@ -151,8 +151,37 @@ async def test_a_coalesced_call_cut_by_a_lost_connection_is_sent_again_as_its_lo
 
     replies: list[Any] = []
     for item in ("a", "b"):
-        batcher.coalesced(combine, "q", item, replies.append)
+        batcher.coalesced(combine, "q", item, ("q",), replies.append)
     await asyncio.wait_for(batcher.flush(), 10)
     assert replies == [1, 0]  # each item its own element of the one reply
     calls = [command for command in scripted.seen if command[0] == b"EVALSHA"]
     assert [call[3:] for call in calls] == [[b"q", b"a", b"b", b"0"], [b"q", b"a", b"b", b"1"]]
+
+
+async def test_a_command_naming_a_key_of_the_call_ends_it_before_that_command(
+    batchers: list[RedisBatcher],  # noqa: F811 - the fixture
+) -> None:
+    def script(command: list[bytes], server: ScriptedRedis) -> bytes | None:
+        if command[0] == b"EVALSHA":
+            count = int(command[2])
+            return b"*%d\r\n" % (len(command) - 3 - count) + b":1\r\n" * (len(command) - 3 - count)
+        return b":1\r\n"
+
+    scripted = ScriptedRedis(script)
+    batcher = RedisBatcher(await scripted.start())
+    await batcher.start()
+    batchers.append(batcher)
+
+    def combine(group: Any, items: list[Any], once: bool) -> tuple[str, tuple[Any, ...], Any]:
+        return "-- batch", (group,), tuple(items)
+
+    replies: list[Any] = []
+    batcher.coalesced(combine, "g", "a", ("q1",), replies.append)
+    batcher.command("LREM", "q2", 1, b"x")  # another key: the call takes "b" across it
+    batcher.coalesced(combine, "g", "b", ("q1",), replies.append)
+    batcher.command("LREM", "q1", 1, b"a")  # a key of the call: "a" and "b" go before it
+    batcher.coalesced(combine, "g", "c", ("q1",), replies.append)
+    await asyncio.wait_for(batcher.flush(), 10)
+    assert replies == [1, 1, 1]
+    sent = [command[:2] if command[0] == b"LREM" else command[3:] for command in scripted.seen]
+    assert sent[:4] == [[b"g", b"a", b"b"], [b"LREM", b"q2"], [b"LREM", b"q1"], [b"g", b"c"]]
