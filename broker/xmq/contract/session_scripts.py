@@ -291,8 +291,9 @@ holds none — the same fence as :data:`FENCED_RECORD` / :data:`FENCED_INBOUND_I
 batch. The reply has one element per write (``1`` for a record, ``SADD``'s reply for an id)."""
 
 FencedWrite = tuple[str, str, bytes | str, str]
-"""One write of :data:`FENCED_WRITES`: (``'r'`` a record or ``'i'`` an inbound id, client id,
-the record or the packet id, a forwarded record's id or ``''``)."""
+"""One write of :data:`FENCED_WRITES`: (``'r'`` a record or ``'i'`` an inbound id, its key —
+the session's queue or its ``qos2in`` set —, the record or the packet id, a forwarded record's
+``session:seen`` marker key or ``''``)."""
 
 FORWARDED_SEEN_TTL_MS = 60_000
 """Lifetime of a ``session:seen`` marker: longer than a forwarded message can take to be
@@ -540,16 +541,14 @@ def fenced_writes(
     index: dict[str, str] = {}
     args: list[str | bytes] = [str(writer[1]), str(seen_ttl_ms)]
     push = "R" if once else "r"
-    for op, client_id, value, forward_id in writes:
-        inbound = op == "i"
-        key = keys.session_qos2_inbound(client_id) if inbound else keys.session_queue(client_id)
+    for op, key, value, seen in writes:
         at = index.get(key)
         if at is None:
             names.append(key)
             at = index[key] = str(len(names))
         marker = "0"
-        if forward_id:
-            names.append(keys.session_seen(client_id, forward_id))
+        if seen:
+            names.append(seen)
             marker = str(len(names))
-        args += (op if inbound else push, at, value, marker)
+        args += (push if op == "r" else op, at, value, marker)
     return FENCED_WRITES, tuple(names), tuple(args)

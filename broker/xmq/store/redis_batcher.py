@@ -150,8 +150,7 @@ class _Run:
 
     def touched_by(self, entry: _Entry) -> bool:
         """Whether the command names a key of the run (any argument: keys are arguments)."""
-        keys = self.keys
-        return any(arg in keys for arg in entry.args[1:] if type(arg) is str)
+        return not self.keys.isdisjoint(entry.args)
 
 
 def _ignore(reply: Any) -> None:

@@ -208,10 +208,13 @@ class RedisSessionStore:
         identity = self.identity
         writer = (identity.node_id, identity.epoch)
         keys = self.keys
-        written: tuple[str, ...] = (keys.session_queue(client_id),)
+        queue = keys.session_queue(client_id)
+        written: tuple[str, ...]
         if forward_id:
-            written = (*written, keys.session_seen(client_id, forward_id))
-        item = ("r", client_id, raw, forward_id)
+            seen = keys.session_seen(client_id, forward_id)
+            item, written = ("r", queue, raw, seen), (queue, seen)
+        else:
+            item, written = ("r", queue, raw, ""), (queue,)
         self.batcher.coalesced(self._fenced, writer, item, written, callback)
 
     def _fenced_call(
@@ -292,7 +295,7 @@ class RedisSessionStore:
             self.batcher.coalesced(
                 self._fenced,
                 (identity.node_id, identity.epoch),
-                ("i", session.client_id, str(packet_id), ""),
+                ("i", key, str(packet_id), ""),
                 (key,),
                 callback or _ignore,
             )

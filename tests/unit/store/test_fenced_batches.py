@@ -119,10 +119,11 @@ async def test_a_batch_of_n_records_is_one_call_written_in_order(
 
 def test_a_batch_sent_again_pushes_only_what_is_not_there(sync: redis.Redis) -> None:
     write_lease(sync, KEYS, *NODE)
+    queue, seen = KEYS.session_queue("c1"), KEYS.session_seen("c1", "b-0/1/f2")
     writes: list[FencedWrite] = [
-        ("r", "c1", b"r1", ""),
-        ("i", "p1", "7", ""),
-        ("r", "c1", b"r2", "b-0/1/f2"),
+        ("r", queue, b"r1", ""),
+        ("i", KEYS.session_qos2_inbound("p1"), "7", ""),
+        ("r", queue, b"r2", seen),
     ]
     script, keys, args = fenced_writes(KEYS, NODE, writes)
     assert sync.eval(script, len(keys), *keys, *args) == [1, 1, 1]
