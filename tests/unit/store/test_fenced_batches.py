@@ -9,16 +9,20 @@ sent again with every push made push-if-absent (never queued twice).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
 from tests.support.node_leases import drop_lease, write_lease
-from tests.support.redis_server import RedisServer, running_redis
-from tests.unit.store.test_fenced_records import Hold
-from tests.unit.store.test_redis_retries import ScriptedRedis, batchers  # noqa: F401 - fixture
+from tests.support.redis_server import RedisServer
+from tests.unit.store.test_fenced_records import Hold, server, sync  # noqa: F401 - fixtures
+from tests.unit.store.test_redis_retries import (  # noqa: F401 - the fixture
+    ScriptedRedis,
+    _batcher,
+    batchers,
+    hangs_up_once,
+)
 from xmq.contract import ClusterKeys
 from xmq.contract.message_record import decode_record
 from xmq.contract.session_scripts import FENCED_WRITES, FencedWrite, fenced_writes
@@ -36,20 +40,6 @@ NODE = ("a-0", 3)
 CLIENTS = ("c1", "c2", "c3")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with running_redis() as running:
-        yield running
-
-
-@pytest.fixture
-def sync(server: RedisServer) -> Iterator[redis.Redis]:
-    client = server.client()
-    client.flushall()
-    yield client
-    client.close()
-
-
 def _script_calls(client: redis.Redis) -> int:
     stats = client.info("commandstats")
     return sum(
@@ -58,7 +48,9 @@ def _script_calls(client: redis.Redis) -> int:
 
 
 async def _publish_batch(
-    server: RedisServer, sync: redis.Redis, records: int
+    server: RedisServer,  # noqa: F811 - the fixture's value
+    sync: redis.Redis,  # noqa: F811 - the fixture's value
+    records: int,
 ) -> tuple[list[Hold], int, RedisSessionStore]:
     """``records`` QoS 2 records (over three sessions, one of them forwarded) and one inbound
     id, all queued in one loop turn, each with its own hold; returns the holds and the number
@@ -88,7 +80,8 @@ async def _publish_batch(
 
 
 async def test_a_stale_run_s_batch_writes_nothing_and_fails_every_hold(
-    server: RedisServer, sync: redis.Redis
+    server: RedisServer,  # noqa: F811 - the fixture
+    sync: redis.Redis,  # noqa: F811 - the fixture
 ) -> None:
     drop_lease(sync, KEYS, NODE[0])  # expired while Redis was paused,
     write_lease(sync, KEYS, NODE[0], NODE[1] + 1)  # and a newer run of the node holds one now
@@ -103,7 +96,8 @@ async def test_a_stale_run_s_batch_writes_nothing_and_fails_every_hold(
 
 
 async def test_a_batch_of_n_records_is_one_call_written_in_order(
-    server: RedisServer, sync: redis.Redis
+    server: RedisServer,  # noqa: F811 - the fixture
+    sync: redis.Redis,  # noqa: F811 - the fixture
 ) -> None:
     write_lease(sync, KEYS, *NODE)
     holds, calls, store = await _publish_batch(server, sync, 30)
@@ -117,7 +111,9 @@ async def test_a_batch_of_n_records_is_one_call_written_in_order(
     assert len(sync.keys(KEYS.session_seen("c3", "*"))) == 10  # forwarded: marked
 
 
-def test_a_batch_sent_again_pushes_only_what_is_not_there(sync: redis.Redis) -> None:
+def test_a_batch_sent_again_pushes_only_what_is_not_there(
+    sync: redis.Redis,  # noqa: F811 - the fixture
+) -> None:
     write_lease(sync, KEYS, *NODE)
     queue, seen = KEYS.session_queue("c1"), KEYS.session_seen("c1", "b-0/1/f2")
     writes: list[FencedWrite] = [
@@ -137,15 +133,8 @@ def test_a_batch_sent_again_pushes_only_what_is_not_there(sync: redis.Redis) -> 
 async def test_a_coalesced_call_cut_by_a_lost_connection_is_sent_again_as_its_lost_form(
     batchers: list[RedisBatcher],  # noqa: F811 - the fixture
 ) -> None:
-    def script(command: list[bytes], server: ScriptedRedis) -> bytes | None:
-        if server.connections == 1:
-            return None  # the first connection dies with the call unanswered
-        return b"*2\r\n:1\r\n:0\r\n"
-
-    scripted = ScriptedRedis(script)
-    batcher = RedisBatcher(await scripted.start())
-    await batcher.start()
-    batchers.append(batcher)
+    scripted = ScriptedRedis(hangs_up_once(b"*2\r\n:1\r\n:0\r\n"))  # the call unanswered
+    batcher = await _batcher(batchers, await scripted.start())
 
     def combine(group: Any, items: list[Any], once: bool) -> tuple[str, tuple[Any, ...], Any]:
         return "-- batch", (group,), (*items, "1" if once else "0")
@@ -162,16 +151,14 @@ async def test_a_coalesced_call_cut_by_a_lost_connection_is_sent_again_as_its_lo
 async def test_a_command_naming_a_key_of_the_call_ends_it_before_that_command(
     batchers: list[RedisBatcher],  # noqa: F811 - the fixture
 ) -> None:
-    def script(command: list[bytes], server: ScriptedRedis) -> bytes | None:
+    def script(command: list[bytes], fake: ScriptedRedis) -> bytes | None:
         if command[0] == b"EVALSHA":
             count = int(command[2])
             return b"*%d\r\n" % (len(command) - 3 - count) + b":1\r\n" * (len(command) - 3 - count)
         return b":1\r\n"
 
     scripted = ScriptedRedis(script)
-    batcher = RedisBatcher(await scripted.start())
-    await batcher.start()
-    batchers.append(batcher)
+    batcher = await _batcher(batchers, await scripted.start())
 
     def combine(group: Any, items: list[Any], once: bool) -> tuple[str, tuple[Any, ...], Any]:
         return "-- batch", (group,), tuple(items)
