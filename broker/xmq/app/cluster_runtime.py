@@ -29,8 +29,7 @@ from xmq.contract.retained_scripts import SET_RETAINED
 from xmq.contract.session_scripts import (
     APPEND_IF_OWNER,
     CLAIM_SESSION,
-    FENCED_INBOUND_ID,
-    FENCED_RECORD,
+    FENCED_WRITES,
     FORWARDED_SEEN_TTL_MS,
     RELEASE_SESSION,
 )
@@ -196,8 +195,8 @@ class ClusterRuntime:
                 log.warning("waiting for redis (%s): %r", self.endpoint.describe(), error)
                 await asyncio.sleep(0.5)
         await self._load_orphans()
-        scripts = (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER, SET_RETAINED, FENCED_RECORD)
-        for text in (*scripts, FENCED_INBOUND_ID):
+        scripts = (CLAIM_SESSION, RELEASE_SESSION, APPEND_IF_OWNER, SET_RETAINED, FENCED_WRITES)
+        for text in scripts:
             await self.lease_client.script_load(text)  # first claims need no EVAL fallback
         broker = self.broker
         broker.identity = self.identity

@@ -15,6 +15,8 @@
 * :data:`FENCED_RECORD`, :data:`FENCED_INBOUND_ID` — a record of a session this node owns
   (``RPUSH``, and its ``session:seen`` marker) and an inbound QoS 2 packet id (``SADD``),
   written only while the writing run holds its lease; else the error reply ``FENCED``.
+* :data:`FENCED_WRITES` — the same two writes for a whole batch: one lease check, then each
+  write in order (the durable store sends one call per batcher flush).
 * :data:`APPEND_IF_OWNER` — a publishing node appends a message to the Redis queue of a session
   whose owner it believes dead, only while the owner record still names that owner *and* that
   owner's run has no lease; otherwise the reply names the current owner (the message then goes
@@ -252,6 +254,47 @@ return redis.call('SADD', KEYS[2], ARGV[2])
 its lease. A stale run's id would make the publisher's re-sent PUBLISH look handled on its next
 node (PUBREC without routing) although the message's records were fenced: lost."""
 
+FENCED_WRITES = (
+    """\
+-- KEYS: 1 the writer's lease, then the queues, seen markers and qos2in sets named below
+-- ARGV: 1 writer epoch, 2 marker TTL in ms, then 4 per write: op ('r' push a record, 'R' push
+--       it only when not there — sent again after a lost connection —, 'i' add an inbound
+--       QoS 2 id), key index, value, seen marker key index ('0': none)
+"""
+    + _WRITER_FENCE
+    + """\
+local out = {}
+local n = 0
+for i = 3, #ARGV, 4 do
+  local key = KEYS[tonumber(ARGV[i + 1])]
+  local value = ARGV[i + 2]
+  n = n + 1
+  if ARGV[i] == 'i' then
+    out[n] = redis.call('SADD', key, value)
+  else
+    if ARGV[i] ~= 'R' or not redis.call('LPOS', key, value) then
+      redis.call('RPUSH', key, value)
+    end
+    local marker = tonumber(ARGV[i + 3])
+    if marker > 0 then
+      redis.call('SET', KEYS[marker], '1', 'PX', ARGV[2])
+    end
+    out[n] = 1
+  end
+end
+return out
+"""
+)
+"""The records and inbound QoS 2 ids of one batch, in their order, in one call: the lease is
+checked once and the whole batch is refused (``FENCED``, nothing written) when the writing run
+holds none — the same fence as :data:`FENCED_RECORD` / :data:`FENCED_INBOUND_ID`, paid once per
+batch. The reply has one element per write (``1`` for a record, ``SADD``'s reply for an id)."""
+
+FencedWrite = tuple[str, str, bytes | str, str]
+"""One write of :data:`FENCED_WRITES`: (``'r'`` a record or ``'i'`` an inbound id, its key —
+the session's queue or its ``qos2in`` set —, the record or the packet id, a forwarded record's
+``session:seen`` marker key or ``''``)."""
+
 FORWARDED_SEEN_TTL_MS = 60_000
 """Lifetime of a ``session:seen`` marker: longer than a forwarded message can take to be
 replayed after its receiver died (the link closes at once on a kill; a replayed message waits at
@@ -483,3 +526,29 @@ def fenced_inbound_id(
         (keys.lease(writer[0]), keys.session_qos2_inbound(client_id)),
         (str(writer[1]), str(packet_id)),
     )
+
+
+def fenced_writes(
+    keys: ClusterKeys,
+    writer: tuple[str, int],
+    writes: list[FencedWrite],
+    seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
+    once: bool = False,
+) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
+    """Script, keys and arguments of :data:`FENCED_WRITES` (``once``: records pushed only when
+    not there, for a call cut off by a lost connection)."""
+    names = [keys.lease(writer[0])]
+    index: dict[str, str] = {}
+    args: list[str | bytes] = [str(writer[1]), str(seen_ttl_ms)]
+    push = "R" if once else "r"
+    for op, key, value, seen in writes:
+        at = index.get(key)
+        if at is None:
+            names.append(key)
+            at = index[key] = str(len(names))
+        marker = "0"
+        if seen:
+            names.append(seen)
+            marker = str(len(names))
+        args += (push if op == "r" else op, at, value, marker)
+    return FENCED_WRITES, tuple(names), tuple(args)

@@ -65,6 +65,7 @@ class _Entry:
         "failing_since",
         "guard",
         "if_lost",
+        "lost_form",
         "payload",
         "retry",
         "script",
@@ -86,10 +87,88 @@ class _Entry:
         self.payload = encode_command(args)
         self.failing_since = 0.0  # loop time of the first failure (0: none yet)
         self.if_lost: tuple[Any, ...] | None = None  # sent instead after a lost connection
+        self.lost_form: Callable[[], tuple[Any, ...]] | None = None  # if_lost, made when needed
 
     def rewrite(self, args: tuple[Any, ...]) -> None:
         self.args = args
         self.payload = encode_command(args)
+
+
+Combine = Callable[[Any, list[Any], bool], tuple[str, tuple[Any, ...], tuple[Any, ...]]]
+"""``combine(group, items, once)``: the script call (text, keys, args) carrying ``items``;
+``once``: the form to send again after a lost connection (it may have been applied)."""
+
+MAX_COALESCED = 512
+"""Items of one coalesced script call at most (bounds the time Redis spends in one script)."""
+
+
+class _Item:
+    """One write queued to be coalesced with its neighbours into one script call."""
+
+    __slots__ = ("callback", "combine", "group", "item", "keys")
+
+    def __init__(
+        self, combine: Combine, group: Any, item: Any, keys: tuple[str, ...], callback: Callback
+    ) -> None:
+        self.combine = combine
+        self.group = group
+        self.item = item
+        self.keys = keys  # the keys it writes (see _Run)
+        self.callback = callback
+
+    # (an item is a durable write: kept, never failed fast)
+    retry = True
+    guard = None
+
+
+class _Run:
+    """The coalesced items of one flush that go in one call, at the place of the first.
+
+    Items join it across the plain commands queued between them unless such a command names
+    a key an item of the run writes (an ``LREM`` of a record in the run, an ``SREM`` of an
+    inbound id in it): then the call goes before that command, and later items start a new
+    run. So every key sees its writes in the order they were queued."""
+
+    __slots__ = ("at", "items", "keys")
+
+    def __init__(self, first: _Item, at: int) -> None:
+        self.items = [first]
+        self.keys = set(first.keys)
+        self.at = at
+
+    def takes(self, item: _Item) -> bool:
+        first = self.items[0]
+        return (
+            item.combine is first.combine
+            and item.group == first.group
+            and len(self.items) < MAX_COALESCED
+        )
+
+    def add(self, item: _Item) -> None:
+        self.items.append(item)
+        self.keys.update(item.keys)
+
+    def touched_by(self, entry: _Entry) -> bool:
+        """Whether the command names a key of the run (any argument: keys are arguments)."""
+        return not self.keys.isdisjoint(entry.args)
+
+
+def _ignore(reply: Any) -> None:
+    """A placeholder, replaced before the pipeline is sent."""
+
+
+def _split(callbacks: list[Callback]) -> Callback:
+    """The reply of a coalesced call, handed out per item (an error to each of them)."""
+
+    def split(reply: Any) -> None:
+        many = isinstance(reply, list) and len(reply) == len(callbacks)
+        for n, callback in enumerate(callbacks):
+            try:
+                callback(reply[n] if many else reply)
+            except Exception:
+                log.exception("redis reply callback failed")
+
+    return split
 
 
 class RedisBatcher:
@@ -115,7 +194,7 @@ class RedisBatcher:
         self._conn: RespConnection | None = None
         self._address = ""  # host:port of the last connection
         self._connecting: asyncio.Task[None] | None = None
-        self._pending: list[_Entry] = []
+        self._pending: list[_Entry | _Item] = []
         self._retrying: list[_Entry] = []  # sent again after the backoff, before _pending
         self._retry_timer: asyncio.TimerHandle | None = None
         self._backoff_s = BACKOFF_FIRST_S
@@ -172,14 +251,30 @@ class RedisBatcher:
 
         ``args_if_lost``: the arguments to send instead when the call is cut off by a lost
         connection (it may have been applied: e.g. a record push made push-if-absent)."""
-        sha = self._shas.get(text)
-        if sha is None:
-            sha = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis's script id
-            self._shas[text] = sha
+        sha = self._sha(text)
         entry = _Entry(("EVALSHA", sha, len(keys), *keys, *args), callback, retry, guard, text)
         if args_if_lost is not None:
             entry.if_lost = ("EVALSHA", sha, len(keys), *keys, *args_if_lost)
         self._add(entry)
+
+    def coalesced(
+        self,
+        combine: Combine,
+        group: Any,
+        item: Any,
+        keys: tuple[str, ...],
+        callback: Callback,
+    ) -> None:
+        """Queue a durable write that goes out in ONE script call with the other items of the
+        next flush (same ``combine`` and ``group``), placed where the first of them was queued.
+        ``keys``: the keys it writes; a command queued between them that names one of those
+        keys ends the call before it (every key's writes stay in their order).
+
+        The call is built by ``combine`` at the flush; each item's ``callback`` gets its own
+        element of the reply list, or the call's error (a refused call fails every item in
+        it). It is retried as one entry: cut off by a lost connection it is sent again as
+        ``combine(group, items, True)``."""
+        self._add(_Item(combine, group, item, keys, callback))
 
     def call_script(
         self, text: str, keys: tuple[Any, ...], args: tuple[Any, ...]
@@ -198,7 +293,7 @@ class RedisBatcher:
         self.script(text, keys, args, callback=done, retry=False, guard=lambda: not future.done())
         return future
 
-    def _add(self, entry: _Entry) -> None:
+    def _add(self, entry: _Entry | _Item) -> None:
         self._pending.append(entry)
         self._idle.clear()
         if not self._armed and not self._inflight and self._retry_timer is None:
@@ -269,11 +364,29 @@ class RedisBatcher:
         batch, self._pending = self._pending, []
         parts: list[bytes] = []
         callbacks: list[Callback] = []
+        run: _Run | None = None
         for entry in batch:
+            if type(entry) is _Item:
+                if run is not None and not run.takes(entry):
+                    self._add_coalesced(run, parts, callbacks)
+                    run = None
+                if run is None:  # the call goes where its first item was queued
+                    run = _Run(entry, len(parts))
+                    parts.append(b"")
+                    callbacks.append(_ignore)
+                else:
+                    run.add(entry)
+                continue
+            assert type(entry) is _Entry
+            if run is not None and run.touched_by(entry):
+                self._add_coalesced(run, parts, callbacks)  # it must go before this command
+                run = None
             if entry.guard is not None and not entry.guard():
                 continue
             parts.append(entry.payload)
             callbacks.append(self._reply_for(entry))
+        if run is not None:
+            self._add_coalesced(run, parts, callbacks)
         if not parts:
             self._check_idle()
             return
@@ -284,6 +397,31 @@ class RedisBatcher:
         self.commands += len(parts)
         callbacks[-1] = self._timed(callbacks[-1])
         conn.send(b"".join(parts), callbacks)
+
+    def _add_coalesced(self, run: _Run, parts: list[bytes], callbacks: list[Callback]) -> None:
+        """One script call for a run of coalesced items, an entry retried like any other."""
+        first = run.items[0]
+        items = [item.item for item in run.items]
+        text, keys, args = first.combine(first.group, items, False)
+        split = _split([item.callback for item in run.items])
+        entry = _Entry(
+            ("EVALSHA", self._sha(text), len(keys), *keys, *args), split, True, None, text
+        )
+
+        def lost_form() -> tuple[Any, ...]:
+            _, _, if_lost = first.combine(first.group, items, True)
+            return ("EVALSHA", entry.args[1], len(keys), *keys, *if_lost)
+
+        entry.lost_form = lost_form
+        parts[run.at] = entry.payload
+        callbacks[run.at] = self._reply_for(entry)
+
+    def _sha(self, text: str) -> str:
+        sha = self._shas.get(text)
+        if sha is None:
+            sha = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis's script id
+            self._shas[text] = sha
+        return sha
 
     def _timed(self, last: Callback) -> Callback:
         """The pipeline's last reply also measures its round trip."""
@@ -400,7 +538,9 @@ class RedisBatcher:
         if kind == "noscript":
             assert entry.script is not None
             entry.rewrite(("EVAL", entry.script, *entry.args[2:]))
-        elif kind == "connection_lost" and entry.if_lost is not None:
+        elif kind == "connection_lost" and entry.lost_form is not None:
+            entry.if_lost, entry.lost_form = entry.lost_form(), None
+        if kind == "connection_lost" and entry.if_lost is not None:
             if entry.args[0] == "EVAL":  # (sent as EVAL after a NOSCRIPT already)
                 entry.rewrite(("EVAL", entry.script, *entry.if_lost[2:]))
             else:
@@ -436,7 +576,7 @@ class RedisBatcher:
 
     def _fail_fast(self, error: Exception) -> None:
         """Without a connection, connect-path look-ups fail now; durable writes wait."""
-        kept: list[_Entry] = []
+        kept: list[_Entry | _Item] = []
         for entry in self._pending:
             if entry.retry:
                 kept.append(entry)

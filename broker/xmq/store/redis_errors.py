@@ -8,7 +8,7 @@ replica whose master link is down), ``READONLY`` (a master demoted to replica du
 the connection is dropped so the next one finds the new master), ``NOSCRIPT`` (a restarted or
 new master lost the script cache: sent again as ``EVAL``). An error reply means Redis did not
 run the command, so sending it again applies it once; a lost connection leaves it unknown
-(a record push is re-sent as push-if-absent: ``FENCED_RECORD``'s last argument). Every other
+(a record push is re-sent as push-if-absent: ``FENCED_WRITES``' op ``R``). Every other
 error reply (``WRONGTYPE``, ``OOM``, a script error, ``FENCED``: the writing run lost its lease)
 is final.
 """

@@ -17,14 +17,17 @@ An inbound QoS 2 id's ``SADD`` (``SREM``) holds the publisher's PUBREC (PUBCOMP)
 N > 0: up to N deliveries go out before their records are written; beyond that the publishing
 client's socket is paused until the backlog halves (acknowledgements are not held).
 
-Records and inbound ids are fenced (``FENCED_RECORD``, ``FENCED_INBOUND_ID``): Redis applies
-them only while this run holds its lease, so writes still pending when the lease was lost (Redis
-paused past the TTL) are refused (``FENCED``: the hold fails) instead of applied on resume.
+Records and inbound ids are fenced (``FENCED_WRITES``): Redis applies them only while this run
+holds its lease, so writes still pending when the lease was lost (Redis paused past the TTL) are
+refused (``FENCED``: the hold fails) instead of applied on resume. The records and ids queued
+next to each other for one batcher flush go in ONE such call (``RedisBatcher.coalesced``): the
+lease is checked once per batch, then each write in order; a refused call fails every hold in
+it, and a call cut off by a lost connection is sent again with every record push-if-absent.
 
 A message that came over a node link carries a cluster-wide id (``forward_id``, assigned by
 the node that first forwarded it), passed to ``record`` as ``DurableContext.forward_id`` while
 that message is routed here. Its non-shared records take that id as their record id and
-each writes ``session:seen:<id>:<client id>`` (``SET ... PX``, in the same ``FENCED_RECORD``
+each writes ``session:seen:<id>:<client id>`` (``SET ... PX``, in the same ``FENCED_WRITES``
 call, right after the ``RPUSH``): a sender that replays the message after this node died
 (``APPEND_IF_OWNER``) finds the marker and does not queue it twice.
 """
@@ -43,9 +46,9 @@ from xmq.contract.message_record import encode_record
 from xmq.contract.session_scripts import (
     FORWARDED_SEEN_TTL_MS,
     AppendOutcome,
+    FencedWrite,
     append_if_owner,
-    fenced_inbound_id,
-    fenced_record,
+    fenced_writes,
 )
 from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, SubscriptionSpec
 from xmq.core.message import Message
@@ -77,6 +80,10 @@ def _settle(hold: DurableHold) -> Callable[[Any], None]:
             hold.release()
 
     return settle
+
+
+def _ignore(reply: Any) -> None:
+    """The reply of a write nobody waits for."""
 
 
 def record_id_of(record: bytes) -> bytes:
@@ -113,6 +120,7 @@ class RedisSessionStore:
         self.seen_ttl_ms = seen_ttl_ms
         self._recent: set[tuple[str, str]] = set()
         self._recent_order: deque[tuple[str, str]] = deque()
+        self._fenced = self._fenced_call  # one bound method: the batcher coalesces by identity
 
     # -- records ----------------------------------------------------------------------------
 
@@ -199,10 +207,21 @@ class RedisSessionStore:
         a stale run's write is refused (``FENCED``: the callback gets the failure)."""
         identity = self.identity
         writer = (identity.node_id, identity.epoch)
-        script, keys, args = fenced_record(
-            self.keys, client_id, writer, raw, forward_id, self.seen_ttl_ms
-        )
-        self.batcher.script(script, keys, args, callback=callback, args_if_lost=(*args[:-1], "1"))
+        keys = self.keys
+        queue = keys.session_queue(client_id)
+        written: tuple[str, ...]
+        if forward_id:
+            seen = keys.session_seen(client_id, forward_id)
+            item, written = ("r", queue, raw, seen), (queue, seen)
+        else:
+            item, written = ("r", queue, raw, ""), (queue,)
+        self.batcher.coalesced(self._fenced, writer, item, written, callback)
+
+    def _fenced_call(
+        self, writer: tuple[str, int], writes: list[FencedWrite], once: bool
+    ) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
+        """The ``FENCED_WRITES`` call of a batch's records and inbound ids (one lease check)."""
+        return fenced_writes(self.keys, writer, writes, self.seen_ttl_ms, once)
 
     def _written_reply(self, reply: Any) -> None:
         self._written()
@@ -273,10 +292,13 @@ class RedisSessionStore:
             callback = _settle(hold)
         if added:  # fenced: a stale run's id would make the re-sent PUBLISH look handled
             identity = self.identity
-            script, keys, args = fenced_inbound_id(
-                self.keys, session.client_id, (identity.node_id, identity.epoch), packet_id
+            self.batcher.coalesced(
+                self._fenced,
+                (identity.node_id, identity.epoch),
+                ("i", key, str(packet_id), ""),
+                (key,),
+                callback or _ignore,
             )
-            self.batcher.script(script, keys, args, callback=callback)
             return
         self.batcher.command("SREM", key, packet_id, callback=callback)
 

@@ -87,6 +87,16 @@ async def _batcher(made: list[RedisBatcher], url: str, **options: Any) -> RedisB
     return batcher
 
 
+def hangs_up_once(answer: bytes) -> Script:
+    """A server whose first connection dies with the first command unanswered, then answers
+    ``answer`` to everything."""
+
+    def script(command: list[bytes], server: ScriptedRedis) -> bytes | None:
+        return None if server.connections == 1 else answer
+
+    return script
+
+
 def _reply_future() -> tuple[asyncio.Future[Any], Callable[[Any], None]]:
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -164,12 +174,7 @@ async def test_a_look_up_fails_at_once(batchers: list[RedisBatcher]) -> None:
 async def test_a_push_cut_by_a_lost_connection_is_sent_again_only_if_absent(
     batchers: list[RedisBatcher],
 ) -> None:
-    def script(command: list[bytes], server: ScriptedRedis) -> bytes | None:
-        if server.connections == 1:
-            return None  # the first connection dies with the RPUSH unanswered
-        return b":1\r\n"
-
-    server = ScriptedRedis(script)
+    server = ScriptedRedis(hangs_up_once(b":1\r\n"))  # the RPUSH unanswered, then 1
     batcher = await _batcher(batchers, await server.start())
     future, done = _reply_future()
     batcher.script(
