@@ -31,6 +31,10 @@ class LinkHold(TcpProxy):
     def release(self) -> None:
         self.flowing.set()
 
+    def close(self) -> None:
+        self.release()  # a held pump ends with its sockets
+        super().close()
+
     def forward(self, client: socket.socket, upstream: socket.socket) -> None:
         held = False
         try:

@@ -59,7 +59,6 @@ def held_nodes(redis_server: RedisServer, uid: str) -> Iterator[tuple[ClusterNod
         yield nodes, proxy
     finally:
         if proxy is not None:
-            proxy.release()
             proxy.close()
         nodes.stop_all()
 
