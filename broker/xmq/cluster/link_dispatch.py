@@ -102,13 +102,10 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         added = bool(reader.u8())
         client_id, key, topic_filter = reader.text(), reader.text(), reader.text()
         qos, flags = reader.u8(), reader.u8()
-        # A session handed over from here keeps its hand-over entries (``table.moved``) for
-        # ``MOVED_KEEP_S`` even once its new owner announces it: a peer's PUBLISH frames sent
-        # with the route it had before our DGONE can arrive after that DSUB (another link).
-        # What they carry goes on to the new owner under its forward id (no copy is recorded
-        # twice: the session's seen marker).
-        if added and announced is not None:
-            announced.durable.add((client_id, key))
+        if added:
+            table.moved.drop(client_id)
+            if announced is not None:
+                announced.durable.add((client_id, key))
         table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags), added)
     elif kind == Kind.SNAPSHOT_END:
         if announced is not None:
