@@ -4,11 +4,17 @@ PUBLISH, DIRECT and SHARED frames are counted per link in arrival order; after t
 flushed every record they caused, one PUBLISH_ACK tells the sender how many of them are
 recorded here (a SHARED one: in its member's record, or handed to the member), so it can
 release its copies and its publishers' held acknowledgements.
+
+A PUBLISH frame matching more than ``fanout_slices.SLICE`` local sessions is routed a slice
+per loop turn like a client's (``core.fanout_slices``): it is counted only after its last
+slice, so the PUBLISH_ACK that covers it (with its quota outcome) follows every slice's
+records, and the link handles none of its later frames meanwhile (``PeerLink.wait_for_fanout``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_frames as frames
@@ -77,12 +83,12 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         # the records of local persistent sessions take the message's id (and a marker)
         forward_id = message.forward_id
         context = DurableContext(None, forward_id) if forward_id else NO_DURABLE_CONTEXT
-        count = hub.broker.publish_from_peer(message, context)
-        _count_in(hub, link)
-        if len(table.moved):
-            count += hub.orphans.to_orphans(table.moved, message)
-        if not count and stats.quota_drops != quota_drops:
-            link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
+        routed = hub.broker.publish_from_peer(message, context)
+        if isinstance(routed, int):
+            _published(hub, link, message, routed, stats.quota_drops != quota_drops)
+        else:  # a large fan-out: counted after its last slice, the link's next frames behind
+            routed.routed = partial(_fanned_out, hub, link, message)
+            link.wait_for_fanout()
         return
     reader = BodyReader(body)
     announced = link.announced  # a resumed link's snapshot, until SNAPSHOT_END
@@ -148,6 +154,28 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         hub.recovery.resume(link, reader.u64())
     else:
         raise frames.FrameError(f"unknown frame kind {kind}")
+
+
+def _published(
+    hub: ClusterHub, link: PeerLink, message: Message, count: int, quota_dropped: bool
+) -> None:
+    """A PUBLISH frame is routed here (``count`` local deliveries): counted for the next
+    PUBLISH_ACK, with 0x97 when it reached nobody because of a quota."""
+    _count_in(hub, link)
+    table = hub.table
+    if len(table.moved):
+        count += hub.orphans.to_orphans(table.moved, message)
+    if not count and quota_dropped:
+        link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
+
+
+def _fanned_out(
+    hub: ClusterHub, link: PeerLink, message: Message, count: int, quota_dropped: bool
+) -> None:
+    """The last slice of a PUBLISH frame's fan-out (``core.fanout_slices``): the frame is
+    counted now, so its PUBLISH_ACK covers every slice's records; the link reads on."""
+    _published(hub, link, message, count, quota_dropped)
+    link.fanout_done()
 
 
 def _count_in(hub: ClusterHub, link: PeerLink) -> None:

@@ -1,4 +1,14 @@
-"""One TCP link to another node: frames in, frames out batched once per loop tick."""
+"""One TCP link to another node: frames in, frames out batched once per loop tick.
+
+A PUBLISH frame whose fan-out is routed over several loop turns (``core.fanout_slices``)
+holds the link's later frames: the rest of the read waits, in order, with reading paused (as
+a client's socket is), until its last slice; then they are handled on the next turn. Every
+frame of the link keeps its place, so each session gets the link's messages in the order they
+came, and PUBLISH_ACK counts (which confirm frames in order) stay exact. The cost is
+head-of-line blocking on that one link — its other publishers' frames wait ~one loop turn per
+1,024 deliveries of the fan-out ahead of them — while other links and clients are served
+every turn. The heartbeat does not count the pause against the peer.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +45,7 @@ class PeerLink(asyncio.Protocol):
 
     __slots__ = (
         "_ack_scheduled",
+        "_behind",
         "_decoder",
         "_fence",
         "_held",
@@ -93,6 +104,8 @@ class PeerLink(asyncio.Protocol):
         self.ack_due = False  # ... and has not started yet
         self._reading = False
         self._ack_scheduled = False
+        # frames waiting behind a fan-out from this link (None: none in progress)
+        self._behind: list[tuple[int, bytes]] | None = None
         # FEATURE_RESUME on both ends: counted frames are kept (not written) while ``resuming``
         # (from HELLO until the peer's RESUME says where to start, and while the link is down)
         self.resumable = False
@@ -121,18 +134,21 @@ class PeerLink(asyncio.Protocol):
             self._held.append(data)
             return
         self.last_heard = now
-        self._reading = True  # the confirmation of this read's frames starts once it is done
+        self._handle_read(data)
+
+    def _handle_read(self, data: bytes | None) -> None:
+        """Decode ``data`` and handle its frames (None: the frames that waited behind a
+        fan-out); their confirmation starts once they are handled."""
+        self._reading = True
         try:
-            frames = self._decoder.feed(data)
-            for kind, body in frames:
-                if not self.peer_node:
-                    if kind != Kind.HELLO:
-                        raise FrameError("first frame must be HELLO")
-                    self.hub.link_hello(self, body)
-                    if self.closed:
-                        return
-                else:
-                    self.hub.handle_frame(self, kind, body)
+            if data is None:
+                frames, self._behind = self._behind or [], None
+            else:
+                frames = self._decoder.feed(data)
+                if self._behind is not None:  # (held by the fence meanwhile) after the others
+                    self._behind.extend(frames)
+                    return
+            self._handle(frames)
         except (FrameError, UnicodeDecodeError, ValueError) as error:
             log.warning("link %s: %s", self.peer_node or "?", error)
             self.close()
@@ -140,6 +156,48 @@ class PeerLink(asyncio.Protocol):
             self._reading = False
         if self.ack_due:
             link_dispatch.confirm(self.hub, self)
+
+    def _handle(self, frames: list[tuple[int, bytes]]) -> None:
+        """Handle ``frames`` in order until one starts a fan-out over later loop turns: the
+        rest wait behind it (``wait_for_fanout``)."""
+        hub = self.hub
+        for at, (kind, body) in enumerate(frames):
+            if not self.peer_node:
+                if kind != Kind.HELLO:
+                    raise FrameError("first frame must be HELLO")
+                hub.link_hello(self, body)
+                if self.closed:
+                    return
+            else:
+                hub.handle_frame(self, kind, body)
+                if self._behind is not None:
+                    self._behind.extend(frames[at + 1 :])
+                    return
+
+    def wait_for_fanout(self) -> None:
+        """The frame being handled fans out over later loop turns: the link's later frames
+        wait (reading paused) until ``fanout_done``."""
+        self._behind = []
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def fanout_done(self) -> None:
+        """The last slice of that fan-out is routed: the frames behind it go on next turn."""
+        self.hub.broker.loop.call_soon(self._resume)
+
+    @property
+    def waiting_on_fanout(self) -> bool:
+        """Reading is paused behind a fan-out from this link (the silence is ours)."""
+        return self._behind is not None
+
+    def _resume(self) -> None:
+        if self.closed:
+            self._behind = None
+            return
+        self.last_heard = self.hub.broker.now()  # silence is counted from here again
+        self._handle_read(None)
+        if self._behind is None and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
 
     def _release_held(self) -> None:
         held, self._held = self._held, []
