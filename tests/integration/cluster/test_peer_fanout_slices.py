@@ -1,0 +1,96 @@
+"""Fan-outs that come from another node are routed a slice per loop turn: two real nodes and
+real Redis; a publisher on node-1 sends QoS 1 messages in one write to thousands of persistent
+sessions on node-2. node-2 keeps answering another client's PINGREQ meanwhile, every session
+gets every message (its Redis queue), an online subscriber gets them in order, and each
+PUBACK (held until node-2 confirms the records of every slice) says success."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import pytest
+
+from bench.abuse_bench import park_sessions
+from tests.integration.broker.test_bounded_work import MAX_STALL_S, _ping_time
+from tests.support.cluster_nodes import ClusterNodes
+from tests.support.http_probe import metric, wait_port
+from tests.support.raw_client import RawClient, connected, subscribed
+from tests.support.redis_server import RedisServer
+from xmq.codec.packets import Puback, Publish
+from xmq.codec.writer import encode
+from xmq.contract import ClusterKeys
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = 3000
+MESSAGES = 20
+
+
+def _route_spread(pub: RawClient, watcher: RawClient, topic: str) -> None:
+    """QoS 0 probes from node-1 until node-2's subscriber gets one (its route has spread)."""
+    deadline = time.monotonic() + 15
+    while True:
+        assert time.monotonic() < deadline, "the route did not spread"
+        pub.send_packet(Publish(topic, b"probe"))
+        with contextlib.suppress(TimeoutError):
+            if isinstance(watcher.read_packet(timeout=0.2), Publish):
+                break
+    while not watcher.read_nothing(0.3):  # late probes
+        watcher.read_packet(1)
+
+
+def test_a_fan_out_from_another_node_leaves_it_answering_pings(
+    redis_server: RedisServer, uid: str
+) -> None:
+    nodes = ClusterNodes(redis_server, f"fan-{uid}", metrics=True)
+    try:
+        nodes.start_many(2)
+        prefix = f"{uid}-off-"
+        parked = asyncio.run(park_sessions(nodes.port(2), prefix, f"{uid}/bcast/#", SESSIONS))
+        assert parked == {0: SESSIONS}
+        watcher = connected(nodes.port(2), f"{uid}-watcher")
+        subscribed(watcher, f"{uid}/bcast/#", 1)
+        pinger = connected(nodes.port(2), f"{uid}-pinger")
+        pub = connected(nodes.port(1), f"{uid}-pub")
+        _route_spread(pub, watcher, f"{uid}/bcast/probe")
+        port = wait_port(nodes.nodes[2], "metrics")
+        routed_before = metric(port, "xmq_deliveries_routed_total")
+        flood = b"".join(
+            encode(Publish(f"{uid}/bcast/x", b"%d" % n, qos=1, packet_id=n), 5)
+            for n in range(1, MESSAGES + 1)
+        )
+        pub.send(flood)  # one write: node-1 forwards the frames together
+        pings: list[float] = []  # answered by node-2 before the last PUBACK
+        acks: list[tuple[int, int]] = []
+        while len(acks) < MESSAGES:
+            if pub.read_nothing(0.001):
+                pings.append(_ping_time(pinger))
+                continue
+            packet = pub.read_packet(60)
+            assert isinstance(packet, Puback), packet
+            acks.append((packet.packet_id, packet.reason_code))
+        assert acks == [(n, 0) for n in range(1, MESSAGES + 1)]  # after every slice's records
+        got = [watcher.read_packet(30) for _ in range(MESSAGES)]
+        assert [p.payload for p in got if isinstance(p, Publish)] == [
+            b"%d" % n for n in range(1, MESSAGES + 1)
+        ]
+        assert len(pings) >= 3  # the whole fan-out in one turn answered none meanwhile
+        assert max(pings) < MAX_STALL_S
+        routed = metric(port, "xmq_deliveries_routed_total") - routed_before
+        assert routed >= SESSIONS * MESSAGES
+        client = redis_server.client()
+        try:
+            keys = ClusterKeys(f"fan-{uid}")
+            pipe = client.pipeline(transaction=False)
+            for n in range(SESSIONS):
+                pipe.llen(keys.session_queue(f"{prefix}{n}"))
+            lengths = pipe.execute()
+        finally:
+            client.close()
+        assert lengths == [MESSAGES] * SESSIONS  # every session has every message
+        for client_ in (watcher, pinger, pub):
+            client_.close()
+    finally:
+        nodes.stop_all()
