@@ -1,6 +1,8 @@
 """One abusive client at a time next to 100 well-behaved ones (issue 13), against a real broker.
 
-For each attack a fresh ``xmq serve`` (one node, in memory, ``$SYS`` off) is started; 100
+For each attack a fresh ``xmq serve`` (one node, in memory, ``$SYS`` off; for the cross-node
+row node-2 of a cluster on a throw-away ``redis-server``, node-1 started by the attack) is
+started; 100
 well-behaved MQTT 5 clients connect, subscribe and exchange QoS 1 messages (each publishes to
 the next one's topic every 50 ms) while a prober opens a new connection every 100 ms; after a
 warm-up the attack runs. Reported per attack: the well-behaved clients' CONNACK and delivery
