@@ -369,22 +369,31 @@ async def offline_fanout(broker: Broker) -> str:
     return f"{len(data)} B read: {acks}/3000 PUBACKs in {took:.1f} s to 2,000 offline sessions"
 
 
-async def one_publish_fanout(broker: Broker) -> str:
-    codes = await park_sessions(broker.port, "wide-", "wide/#", 20_000)
-    publisher = await Client.open(broker.port)
+async def _publish_wide(port: int) -> tuple[list[int], float]:
+    """10 QoS 1 PUBLISH to ``wide/x``, back to back: their PUBACK reasons and the seconds."""
+    publisher = await Client.open(port)
     await publisher.connect("wide-publisher")
     started = time.monotonic()
-    for n in range(1, 11):  # each PUBLISH reaches 20,000 sessions
+    for n in range(1, 11):  # each PUBLISH reaches every parked session
         publisher.send(Publish(topic="wide/x", payload=b"1", qos=1, packet_id=n))
     acks: list[int] = []
     while len(acks) < 10 and (packet := await publisher.read()) is not None:
         if isinstance(packet, Puback):
             acks.append(packet.reason_code)
     publisher.close()
-    took = time.monotonic() - started
+    return acks, time.monotonic() - started
+
+
+def _codes(acks: list[int]) -> str:
+    return ", ".join(sorted({f"0x{code:02x}" for code in acks}))
+
+
+async def one_publish_fanout(broker: Broker) -> str:
+    codes = await park_sessions(broker.port, "wide-", "wide/#", 20_000)
+    acks, took = await _publish_wide(broker.port)
     return (
         f"{codes.get(0, 0)} sessions parked; 10 PUBLISH x 20,000 sessions: {len(acks)}/10 "
-        f"PUBACKs ({', '.join(sorted({f'0x{code:02x}' for code in acks}))}) in {took:.1f} s"
+        f"PUBACKs ({_codes(acks)}) in {took:.1f} s"
     )
 
 
@@ -413,23 +422,12 @@ async def peer_fanout(broker: Broker) -> str:
         await _linked(peer, "node-2")
         codes = await park_sessions(broker.port, "wide-", "wide/#", 20_000)
         await asyncio.sleep(1)  # the last durable subscriptions reach node-1
-        publisher = await Client.open(peer.port)
-        await publisher.connect("wide-publisher")
-        started = time.monotonic()
-        for n in range(1, 11):  # one write: node-1 forwards the frames together
-            publisher.send(Publish(topic="wide/x", payload=b"1", qos=1, packet_id=n))
-        acks: list[int] = []
-        while len(acks) < 10 and (packet := await publisher.read()) is not None:
-            if isinstance(packet, Puback):
-                acks.append(packet.reason_code)
-        publisher.close()
-        took = time.monotonic() - started
+        acks, took = await _publish_wide(peer.port)  # node-1 forwards the frames together
     finally:
         peer.stop()
     return (
         f"{codes.get(0, 0)} sessions parked on this node; 10 PUBLISH x 20,000 from node-1: "
-        f"{len(acks)}/10 PUBACKs ({', '.join(sorted({f'0x{c:02x}' for c in acks}))}) "
-        f"in {took:.1f} s"
+        f"{len(acks)}/10 PUBACKs ({_codes(acks)}) in {took:.1f} s"
     )
 
 
