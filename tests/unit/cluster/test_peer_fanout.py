@@ -181,3 +181,19 @@ async def test_the_silence_of_a_link_held_behind_its_fan_out_is_not_the_peers() 
     assert not _held(link)
     hub.recovery.heartbeat_tick(link.last_heard + HEARTBEAT_TIMEOUT_S + 1)
     assert wire.aborted  # reading again: a silent peer is
+
+
+async def test_a_direct_frame_behind_a_fan_out_reaches_its_session_after_it() -> None:
+    broker, loop = _broker()
+    hub, link, wire = await _linked(broker)
+    peer = _peer(broker)
+    direct = frames.direct(
+        "s0", peer.encode(Message("own", b"d", 1, False, None, "p", 0.0), 1, False)
+    )
+    link.data_received(_publish(peer, "bcast/x", b"1") + direct)
+    assert _payloads(broker.sessions["s0"]) == []  # the DIRECT frame waits too
+    while loop.pending():
+        loop.run_turn()
+    await _settle()
+    assert _payloads(broker.sessions["s0"]) == [b"1", b"d"]
+    assert _acks(wire)[-1] == (2, None)
