@@ -169,7 +169,7 @@ class LinkRecovery:
     def heartbeat_tick(self, now: float) -> None:
         """PING every link (once a second); abort one not heard for the heartbeat timeout —
         unless this node itself cannot prove its lease (it was paused: the silence was ours)
-        or is not reading the link, behind a fan-out from it (``PeerLink.wait_for_fanout``)."""
+        or is not reading the link, behind a fan-out from it (``PeerLink.fan_in``)."""
         for link in list(self.hub.links.values()):
             if not link.heartbeat or link.closed:
                 continue
