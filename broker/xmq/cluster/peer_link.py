@@ -51,13 +51,13 @@ class PeerLink(asyncio.Protocol):
         "_ack_scheduled",
         "_behind",
         "_decoder",
+        "_fanning_in",
         "_fence",
         "_held",
         "_out",
         "_reading",
         "_scheduled",
         "closed",
-        "fanning_in",
         "hub",
         "peer_epoch",
         "peer_node",
@@ -113,7 +113,7 @@ class PeerLink(asyncio.Protocol):
         self._behind: list[tuple[int, bytes]] | None = None
         # the PUBLISH frame (its number) fanning out here over later loop turns: handled
         # (in ``published_in``), confirmed after its last slice (``fanned_in``)
-        self.fanning_in: tuple[int, Fanout] | None = None
+        self._fanning_in: tuple[int, Fanout] | None = None
         # FEATURE_RESUME on both ends: counted frames are kept (not written) while ``resuming``
         # (from HELLO until the peer's RESUME says where to start, and while the link is down)
         self.resumable = False
@@ -187,7 +187,7 @@ class PeerLink(asyncio.Protocol):
         RESUME counts it), confirmed after its last slice (``fanned_in``); the link's later
         frames wait, reading paused, until then."""
         self.published_in += 1
-        self.fanning_in = (self.published_in, fanout)
+        self._fanning_in = (self.published_in, fanout)
         self._wait_for_fanout()
 
     def _wait_for_fanout(self) -> None:
@@ -199,10 +199,10 @@ class PeerLink(asyncio.Protocol):
         """The last slice of ``fanout`` is routed: the number of its frame, confirmable now
         (0: the link does not hold it — it was given up); the frames behind it go on next
         turn."""
-        fanning = self.fanning_in
+        fanning = self._fanning_in
         if fanning is None or fanning[1] is not fanout:
             return 0
-        self.fanning_in = None
+        self._fanning_in = None
         self.hub.broker.loop.call_soon(self._resume)
         return fanning[0]
 
@@ -210,7 +210,7 @@ class PeerLink(asyncio.Protocol):
     def confirmable(self) -> int:
         """How many counted frames a PUBLISH_ACK may confirm: every one handled, but a
         fan-out in progress (the link handles none after it meanwhile)."""
-        fanning = self.fanning_in
+        fanning = self._fanning_in
         return self.published_in if fanning is None else fanning[0] - 1
 
     @property
@@ -351,9 +351,9 @@ class PeerLink(asyncio.Protocol):
         self.unconfirmed = old.take_unconfirmed()
         self.published_out = old.published_out
         self.published_in = old.published_in
-        self.fanning_in, old.fanning_in = old.fanning_in, None
+        self._fanning_in, old._fanning_in = old._fanning_in, None
         old._behind = None
-        if self.fanning_in is not None:
+        if self._fanning_in is not None:
             self._wait_for_fanout()
 
     def take_unconfirmed(self) -> deque[Unconfirmed]:
