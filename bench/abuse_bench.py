@@ -1,6 +1,8 @@
 """One abusive client at a time next to 100 well-behaved ones (issue 13), against a real broker.
 
-For each attack a fresh ``xmq serve`` (one node, in memory, ``$SYS`` off) is started; 100
+For each attack a fresh ``xmq serve`` (one node, in memory, ``$SYS`` off; for the cross-node
+row node-2 of a cluster on a throw-away ``redis-server``, node-1 started by the attack) is
+started; 100
 well-behaved MQTT 5 clients connect, subscribe and exchange QoS 1 messages (each publishes to
 the next one's topic every 50 ms) while a prober opens a new connection every 100 ms; after a
 warm-up the attack runs. Reported per attack: the well-behaved clients' CONNACK and delivery
@@ -33,6 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from xmq.app.cluster_cli import start_redis
 from xmq.auth.verifiers import HashPolicy, derive_scram_credentials, hash_password
 from xmq.codec.packets import (
     MQTT_5,
@@ -70,12 +73,15 @@ RETAINED_BYTES_CAP = 32 * 1024 * 1024
 class Broker:
     """A broker subprocess with its listener ports."""
 
-    def __init__(self, config: str) -> None:
+    def __init__(self, config: str, node_id: str | None = None) -> None:
+        self.config = config
         self.dir = tempfile.TemporaryDirectory(prefix="xmq-abuse-")
         path = Path(self.dir.name) / "xmq.yaml"
         path.write_text(config)
         self.log_path = Path(self.dir.name) / "broker.log"
         env = dict(os.environ, XMQ_SYS__INTERVAL_S="0", XMQ_METRICS__PORT="0")
+        if node_id is not None:  # a cluster member (``cluster_config``)
+            env["XMQ_NODE_ID"] = node_id
         env["XMQ_LIMITS__MEMORY_BUDGET_BYTES"] = str(BUDGET)
         env["XMQ_METRICS__HOST"] = "127.0.0.1"
         args = [sys.executable, "-m", "xmq", "serve", "--config", str(path)]
@@ -363,22 +369,65 @@ async def offline_fanout(broker: Broker) -> str:
     return f"{len(data)} B read: {acks}/3000 PUBACKs in {took:.1f} s to 2,000 offline sessions"
 
 
-async def one_publish_fanout(broker: Broker) -> str:
-    codes = await park_sessions(broker.port, "wide-", "wide/#", 20_000)
-    publisher = await Client.open(broker.port)
+async def _publish_wide(port: int) -> tuple[list[int], float]:
+    """10 QoS 1 PUBLISH to ``wide/x``, back to back: their PUBACK reasons and the seconds."""
+    publisher = await Client.open(port)
     await publisher.connect("wide-publisher")
     started = time.monotonic()
-    for n in range(1, 11):  # each PUBLISH reaches 20,000 sessions
+    for n in range(1, 11):  # each PUBLISH reaches every parked session
         publisher.send(Publish(topic="wide/x", payload=b"1", qos=1, packet_id=n))
     acks: list[int] = []
     while len(acks) < 10 and (packet := await publisher.read()) is not None:
         if isinstance(packet, Puback):
             acks.append(packet.reason_code)
     publisher.close()
-    took = time.monotonic() - started
+    return acks, time.monotonic() - started
+
+
+def _codes(acks: list[int]) -> str:
+    return ", ".join(sorted({f"0x{code:02x}" for code in acks}))
+
+
+async def one_publish_fanout(broker: Broker) -> str:
+    codes = await park_sessions(broker.port, "wide-", "wide/#", 20_000)
+    acks, took = await _publish_wide(broker.port)
     return (
         f"{codes.get(0, 0)} sessions parked; 10 PUBLISH x 20,000 sessions: {len(acks)}/10 "
-        f"PUBACKs ({', '.join(sorted({f'0x{code:02x}' for code in acks}))}) in {took:.1f} s"
+        f"PUBACKs ({_codes(acks)}) in {took:.1f} s"
+    )
+
+
+def cluster_config(redis_url: str) -> str:
+    """The configuration section that makes a bench broker a member of one cluster."""
+    return (
+        f"cluster: {{redis_url: '{redis_url}', name: abuse, link_host: 127.0.0.1, link_port: 0}}\n"
+    )
+
+
+async def _linked(node: Broker, peer: str) -> None:
+    deadline = time.monotonic() + 30
+    key = f'xmq_cluster_link_up{{peer="{peer}"}}'
+    while (await asyncio.to_thread(node.metrics)).get(key) != 1.0:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no link to {peer}")
+        await asyncio.sleep(0.2)
+
+
+async def peer_fanout(broker: Broker) -> str:
+    """The measured broker is node-2 of a cluster (Redis, ``max_queued_writes`` 0): node-1,
+    started here, forwards 10 PUBLISH frames that each reach 20,000 persistent sessions on
+    node-2; node-1's publisher gets its PUBACKs once node-2 has recorded every slice."""
+    peer = Broker(broker.config, node_id="node-1")
+    try:
+        await _linked(peer, "node-2")
+        codes = await park_sessions(broker.port, "wide-", "wide/#", 20_000)
+        await asyncio.sleep(1)  # the last durable subscriptions reach node-1
+        acks, took = await _publish_wide(peer.port)  # node-1 forwards the frames together
+    finally:
+        peer.stop()
+    return (
+        f"{codes.get(0, 0)} sessions parked on this node; 10 PUBLISH x 20,000 from node-1: "
+        f"{len(acks)}/10 PUBACKs ({_codes(acks)}) in {took:.1f} s"
     )
 
 
@@ -533,6 +582,8 @@ class Attack:
     run: Callable[[Broker], Awaitable[str]]
     config: str = ""
     login: dict[str, object] = field(default_factory=dict)
+    cluster: bool = False
+    """Run against node-2 of a cluster on a Redis of its own (the attack starts node-1)."""
 
 
 def _accounts(directory: Path) -> Path:
@@ -553,6 +604,7 @@ def attacks(workdir: Path) -> list[Attack]:
         Attack("200 x # vs deep retained topics", deep_retained),
         Attack("offline fan-out flood (2,000 x 3,000)", offline_fanout),
         Attack("one PUBLISH to 20,000 offline sessions x10", one_publish_fanout),
+        Attack("the same from another node (20,000 x10)", peer_fanout, cluster=True),
         Attack(
             "50,000 persistent client ids",
             many_client_ids,
@@ -658,10 +710,21 @@ async def _watch(
 
 
 async def measure(attack: Attack) -> Row:
-    config = attack.config
+    if not attack.cluster:
+        return await _measure(attack, attack.config)
+    with tempfile.TemporaryDirectory(prefix="xmq-abuse-redis-") as data_dir:
+        redis_proc, url = start_redis(data_dir)
+        try:
+            return await _measure(attack, attack.config + cluster_config(url), "node-2")
+        finally:
+            redis_proc.terminate()
+            redis_proc.wait()
+
+
+async def _measure(attack: Attack, config: str, node_id: str | None = None) -> Row:
     if "listeners:" not in config:
         config += "listeners:\n  - {name: mqtt, protocol: tcp, host: 127.0.0.1, port: 0}\n"
-    broker = Broker(config)
+    broker = Broker(config, node_id)
     good = WellBehaved(broker, attack.login)
     try:
         await good.start()

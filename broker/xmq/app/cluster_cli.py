@@ -59,7 +59,9 @@ def _free_port() -> int:
         return port
 
 
-def _start_redis(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_redis(data_dir: str) -> tuple[subprocess.Popen[bytes], str]:
+    """A throw-away redis-server on a free loopback port (``xmq cluster up``, the benches):
+    the process and its URL."""
     binary = shutil.which("redis-server")
     if binary is None:
         raise SystemExit("redis-server not found: install the Debian package or give --redis-url")
@@ -147,7 +149,7 @@ def _up(args: argparse.Namespace) -> int:
     redis_proc: subprocess.Popen[bytes] | None = None
     url = args.redis_url or os.environ.get(REDIS_URL_ENV)
     if not url:
-        redis_proc, url = _start_redis(work.name)
+        redis_proc, url = start_redis(work.name)
         print(f"xmq: redis {url} (appendonly yes, data in {work.name})", flush=True)
     nodes: list[subprocess.Popen[str]] = []
     stop = False

@@ -196,7 +196,7 @@ class ClusterHub:
             # Counted frames wait for the peer's RESUME; ours tells it where we are.
             link.resuming = True
             link.send(frames.resume(link.published_in))
-            if link.published_in and not link.ack_pending:  # confirm what the old link had
+            if link.confirmable and not link.ack_pending:  # confirm what the old link had
                 link.ack_pending = link.ack_due = True
                 if not link.reading:
                     asyncio.get_running_loop().call_soon(link_dispatch.confirm, self, link)

@@ -4,11 +4,19 @@ PUBLISH, DIRECT and SHARED frames are counted per link in arrival order; after t
 flushed every record they caused, one PUBLISH_ACK tells the sender how many of them are
 recorded here (a SHARED one: in its member's record, or handed to the member), so it can
 release its copies and its publishers' held acknowledgements.
+
+A PUBLISH frame matching more than ``fanout_slices.SLICE`` local sessions is routed a slice
+per loop turn like a client's (``core.fanout_slices``): it is counted as handled when it
+arrives (a RESUME covers it: a link resumed meanwhile is not sent it again) and confirmed only
+after its last slice, so the PUBLISH_ACK that covers it (with its quota outcome) follows every
+slice's records — on the link that holds the peer's counts by then (``PeerLink.fan_in``,
+``PeerLink.inherit``) — and the link handles none of its later frames meanwhile.
 """
 
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_frames as frames
@@ -24,6 +32,7 @@ from xmq.core.message import Message
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
     from xmq.cluster.peer_link import PeerLink
+    from xmq.core.fanout_slices import Fanout
 
 Decoded = tuple[Message, int, bool, tuple[int, ...]]
 """message, delivery QoS, delivery retain flag, subscription identifiers"""
@@ -77,12 +86,14 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         # the records of local persistent sessions take the message's id (and a marker)
         forward_id = message.forward_id
         context = DurableContext(None, forward_id) if forward_id else NO_DURABLE_CONTEXT
-        count = hub.broker.publish_from_peer(message, context)
-        _count_in(hub, link)
-        if len(table.moved):
-            count += hub.orphans.to_orphans(table.moved, message)
-        if not count and stats.quota_drops != quota_drops:
-            link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
+        routed = hub.broker.publish_from_peer(message, context)
+        if isinstance(routed, int):
+            _count_in(hub, link)
+            if not _moved_away(hub, message, routed) and stats.quota_drops != quota_drops:
+                link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
+        else:  # a large fan-out: confirmed after its last slice, the link's next frames behind
+            link.fan_in(routed)
+            routed.routed = partial(_fanned_out, hub, link, routed)
         return
     reader = BodyReader(body)
     announced = link.announced  # a resumed link's snapshot, until SNAPSHOT_END
@@ -150,8 +161,38 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         raise frames.FrameError(f"unknown frame kind {kind}")
 
 
+def _moved_away(hub: ClusterHub, message: Message, count: int) -> int:
+    """A PUBLISH frame's ``count`` local deliveries, and its appends for the persistent
+    sessions that moved away from here: all its deliveries (0 with a quota drop: 0x97)."""
+    table = hub.table
+    if len(table.moved):
+        count += hub.orphans.to_orphans(table.moved, message)
+    return count
+
+
+def _fanned_out(
+    hub: ClusterHub, link: PeerLink, fanout: Fanout, count: int, quota_dropped: bool
+) -> None:
+    """The last slice of a PUBLISH frame's fan-out (``core.fanout_slices``): the frame is
+    confirmable now, so its PUBLISH_ACK covers every slice's records — sent on the link that
+    holds the peer run's counts (``link`` or the link that resumed it; none: given up, the
+    peer run is treated as dead); that link reads on."""
+    holder = hub.links.get(link.peer_node)
+    frame = 0 if holder is None else holder.fanned_in(fanout)
+    if holder is None or not frame:
+        return
+    if not _moved_away(hub, fanout.message, count) and quota_dropped:
+        holder.undelivered.append((frame, ReasonCode.QUOTA_EXCEEDED))
+    _confirm_soon(hub, holder)
+
+
 def _count_in(hub: ClusterHub, link: PeerLink) -> None:
     link.published_in += 1
+    _confirm_soon(hub, link)
+
+
+def _confirm_soon(hub: ClusterHub, link: PeerLink) -> None:
+    """A PUBLISH_ACK is owed: it goes out at the end of the read (or next loop turn)."""
     if not link.ack_pending:
         link.ack_pending = True
         link.ack_due = True
@@ -170,7 +211,7 @@ def confirm(hub: ClusterHub, link: PeerLink) -> None:
     if not link.ack_due:
         return  # started already
     link.ack_due = False
-    count = link.published_in
+    count = link.confirmable
     if link.closed:  # nothing goes out on it any more
         link.ack_pending = False
         return
@@ -190,7 +231,7 @@ def _ack(hub: ClusterHub, link: PeerLink, count: int) -> None:
         link.send(frames.publish_ack(count, covered))
     else:
         link.send(frames.publish_ack(count))
-    if link.published_in != count and not link.ack_pending:
+    if link.confirmable != count and not link.ack_pending:
         link.ack_pending = True
         link.ack_due = True
         asyncio.get_running_loop().call_soon(confirm, hub, link)

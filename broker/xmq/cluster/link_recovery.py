@@ -168,12 +168,17 @@ class LinkRecovery:
 
     def heartbeat_tick(self, now: float) -> None:
         """PING every link (once a second); abort one not heard for the heartbeat timeout —
-        unless this node itself cannot prove its lease (it was paused: the silence was ours)."""
+        unless this node itself cannot prove its lease (it was paused: the silence was ours)
+        or is not reading the link, behind a fan-out from it (``PeerLink.fan_in``)."""
         for link in list(self.hub.links.values()):
             if not link.heartbeat or link.closed:
                 continue
             silent = now - link.last_heard
-            if silent > HEARTBEAT_TIMEOUT_S and now < self.hub.broker.fence.deadline:
+            if (
+                silent > HEARTBEAT_TIMEOUT_S
+                and now < self.hub.broker.fence.deadline
+                and not link.waiting_on_fanout
+            ):
                 self.heartbeat_timeouts += 1
                 log.warning(
                     "link to %s: nothing heard for %.1fs (heartbeat): closing it",

@@ -1,4 +1,17 @@
-"""One TCP link to another node: frames in, frames out batched once per loop tick."""
+"""One TCP link to another node: frames in, frames out batched once per loop tick.
+
+A PUBLISH frame whose fan-out is routed over several loop turns (``core.fanout_slices``)
+holds the link's later frames: the rest of the read waits, in order, with reading paused (as
+a client's socket is), until its last slice; then they are handled on the next turn. Every
+frame of the link keeps its place, so each session gets the link's messages in the order they
+came, and PUBLISH_ACK counts (which confirm frames in order) stay exact. The frame is counted
+as handled when it arrives (``published_in``: what a RESUME says, so a link resumed meanwhile
+is not sent it again) and confirmed after its last slice (``confirmable``); a resumed link
+inherits the fan-out in progress, waits behind it too and sends that confirmation. The cost is
+head-of-line blocking on that one link — its other publishers' frames wait ~one loop turn per
+1,024 deliveries of the fan-out ahead of them — while other links and clients are served
+every turn. The heartbeat does not count the pause against the peer.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +30,7 @@ if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
     from xmq.cluster.route_table import AnnouncedRoutes
     from xmq.core.cluster_ports import DurableHold
+    from xmq.core.fanout_slices import Fanout
     from xmq.core.message import Message
 
 Unconfirmed = tuple[int, "Message", "DurableHold | None", "tuple[str, int] | int | None"]
@@ -35,7 +49,9 @@ class PeerLink(asyncio.Protocol):
 
     __slots__ = (
         "_ack_scheduled",
+        "_behind",
         "_decoder",
+        "_fanning_in",
         "_fence",
         "_held",
         "_out",
@@ -93,6 +109,11 @@ class PeerLink(asyncio.Protocol):
         self.ack_due = False  # ... and has not started yet
         self._reading = False
         self._ack_scheduled = False
+        # frames waiting behind a fan-out from this link (None: none in progress)
+        self._behind: list[tuple[int, bytes]] | None = None
+        # the PUBLISH frame (its number) fanning out here over later loop turns: handled
+        # (in ``published_in``), confirmed after its last slice (``fanned_in``)
+        self._fanning_in: tuple[int, Fanout] | None = None
         # FEATURE_RESUME on both ends: counted frames are kept (not written) while ``resuming``
         # (from HELLO until the peer's RESUME says where to start, and while the link is down)
         self.resumable = False
@@ -121,18 +142,21 @@ class PeerLink(asyncio.Protocol):
             self._held.append(data)
             return
         self.last_heard = now
-        self._reading = True  # the confirmation of this read's frames starts once it is done
+        self._handle_read(data)
+
+    def _handle_read(self, data: bytes | None) -> None:
+        """Decode ``data`` and handle its frames (None: the frames that waited behind a
+        fan-out); their confirmation starts once they are handled."""
+        self._reading = True
         try:
-            frames = self._decoder.feed(data)
-            for kind, body in frames:
-                if not self.peer_node:
-                    if kind != Kind.HELLO:
-                        raise FrameError("first frame must be HELLO")
-                    self.hub.link_hello(self, body)
-                    if self.closed:
-                        return
-                else:
-                    self.hub.handle_frame(self, kind, body)
+            if data is None:
+                frames, self._behind = self._behind or [], None
+            else:
+                frames = self._decoder.feed(data)
+                if self._behind is not None:  # (held by the fence meanwhile) after the others
+                    self._behind.extend(frames)
+                    return
+            self._handle(frames)
         except (FrameError, UnicodeDecodeError, ValueError) as error:
             log.warning("link %s: %s", self.peer_node or "?", error)
             self.close()
@@ -140,6 +164,68 @@ class PeerLink(asyncio.Protocol):
             self._reading = False
         if self.ack_due:
             link_dispatch.confirm(self.hub, self)
+
+    def _handle(self, frames: list[tuple[int, bytes]]) -> None:
+        """Handle ``frames`` in order until one starts a fan-out over later loop turns: the
+        rest wait behind it (``fan_in``)."""
+        hub = self.hub
+        for at, (kind, body) in enumerate(frames):
+            if not self.peer_node:
+                if kind != Kind.HELLO:
+                    raise FrameError("first frame must be HELLO")
+                hub.link_hello(self, body)  # (a resumed link: behind an inherited fan-out)
+                if self.closed:
+                    return
+            else:
+                hub.handle_frame(self, kind, body)
+            if self._behind is not None:
+                self._behind.extend(frames[at + 1 :])
+                return
+
+    def fan_in(self, fanout: Fanout) -> None:
+        """The PUBLISH frame being handled fans out over later loop turns: it is handled (a
+        RESUME counts it), confirmed after its last slice (``fanned_in``); the link's later
+        frames wait, reading paused, until then."""
+        self.published_in += 1
+        self._fanning_in = (self.published_in, fanout)
+        self._wait_for_fanout()
+
+    def _wait_for_fanout(self) -> None:
+        self._behind = []
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def fanned_in(self, fanout: Fanout) -> int:
+        """The last slice of ``fanout`` is routed: the number of its frame, confirmable now
+        (0: the link does not hold it — it was given up); the frames behind it go on next
+        turn."""
+        fanning = self._fanning_in
+        if fanning is None or fanning[1] is not fanout:
+            return 0
+        self._fanning_in = None
+        self.hub.broker.loop.call_soon(self._resume)
+        return fanning[0]
+
+    @property
+    def confirmable(self) -> int:
+        """How many counted frames a PUBLISH_ACK may confirm: every one handled, but a
+        fan-out in progress (the link handles none after it meanwhile)."""
+        fanning = self._fanning_in
+        return self.published_in if fanning is None else fanning[0] - 1
+
+    @property
+    def waiting_on_fanout(self) -> bool:
+        """Reading is paused behind a fan-out from this link (the silence is ours)."""
+        return self._behind is not None
+
+    def _resume(self) -> None:
+        if self.closed:
+            self._behind = None
+            return
+        self.last_heard = self.hub.broker.now()  # silence is counted from here again
+        self._handle_read(None)
+        if self._behind is None and self.transport is not None and not self.closed:
+            self.transport.resume_reading()
 
     def _release_held(self) -> None:
         held, self._held = self._held, []
@@ -258,10 +344,17 @@ class PeerLink(asyncio.Protocol):
 
     def inherit(self, old: PeerLink) -> None:
         """A new link to the same run of the peer: take over what the old one kept and the
-        counts of both directions (the peer's RESUME then says what to send again)."""
+        counts of both directions (the peer's RESUME then says what to send again), and a
+        fan-out in progress from it: its frame is confirmed on this link after its last
+        slice, and this link's frames wait behind it (those behind it on the old link were
+        not handled: the peer sends them again)."""
         self.unconfirmed = old.take_unconfirmed()
         self.published_out = old.published_out
         self.published_in = old.published_in
+        self._fanning_in, old._fanning_in = old._fanning_in, None
+        old._behind = None
+        if self._fanning_in is not None:
+            self._wait_for_fanout()
 
     def take_unconfirmed(self) -> deque[Unconfirmed]:
         """The link is gone: what the peer never confirmed (its holds still taken)."""

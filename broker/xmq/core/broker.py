@@ -395,19 +395,15 @@ class Broker(AuthEvents):
 
     def publish_from_peer(
         self, message: Message, context: DurableContext = NO_DURABLE_CONTEXT
-    ) -> int:
-        """Retained store and local non-shared subscribers: all of a message another node
-        routed here (``context.forward_id``: its id), in one turn whatever its fan-out."""
-        local = self._route_local(message, context, split=False)
-        assert isinstance(local, int)
-        return local
-
-    def _route_local(
-        self,
-        message: Message,
-        context: DurableContext,
-        split: bool = True,
     ) -> int | Fanout:
+        """Retained store and local non-shared subscribers: all of a message another node
+        routed here (``context.forward_id``: its id, in the records of every slice). Like
+        ``publish``, a plan of more than ``fanout_slices.SLICE`` sessions is routed a slice
+        per loop turn: the ``Fanout`` is returned (the node link counts and confirms the
+        frame from its ``routed``, and holds its later frames until then)."""
+        return self._route_local(message, context)
+
+    def _route_local(self, message: Message, context: DurableContext) -> int | Fanout:
         """The retained store and the local non-shared subscribers (the first step of
         ``publish``): the deliveries made, or the fan-out going on in later loop turns."""
         topic = message.topic
@@ -420,12 +416,12 @@ class Broker(AuthEvents):
         now = self.now() if message.expires_at is not None else 0.0
         if plan is None:
             matches = self.subscriptions.match(topic)
-            if split and len(matches) > FANOUT_SLICE:  # planned a slice per turn too
+            if len(matches) > FANOUT_SLICE:  # planned a slice per turn too
                 return self.fanouts.add(message, [], now, context, matches)
             plan = self._plan(topic, matches)
         origin = message.origin
         waiting = self.fanouts.waiting
-        if split and (len(plan) > FANOUT_SLICE or (waiting and origin in waiting)):
+        if len(plan) > FANOUT_SLICE or (waiting and origin in waiting):
             return self.fanouts.add(message, plan, now, context)
         mqos = message.qos
         retain = message.retain

@@ -15,6 +15,10 @@ What waits for it:
 - a later message of the same publisher (its will, say): it is queued behind, so every
   session gets one publisher's messages in order.
 
+A message another node forwards (``Broker.publish_from_peer``) is sliced the same way: the
+node link counts its frame for the PUBLISH_ACK from ``routed`` (its quota outcome from
+``quota_dropped``) and handles none of its later frames until then (``cluster.peer_link``).
+
 A session that ended or moved to another node before its slice is skipped (it is no longer
 in ``Broker.sessions``). A subscription removed meanwhile still gets the message: it was
 published before the UNSUBSCRIBE was handled.
