@@ -79,8 +79,9 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         context = DurableContext(None, forward_id) if forward_id else NO_DURABLE_CONTEXT
         count = hub.broker.publish_from_peer(message, context)
         _count_in(hub, link)
-        if len(table.moved):
-            count += hub.orphans.to_orphans(table.moved, message)
+        if len(table.moved):  # sessions handed over from here: on to their new owner,
+            # unless the sender announced the session (it delivered the message itself)
+            count += hub.orphans.to_orphans(table.moved, message, None, (node,))
         if not count and stats.quota_drops != quota_drops:
             link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
         return
@@ -102,10 +103,13 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         added = bool(reader.u8())
         client_id, key, topic_filter = reader.text(), reader.text(), reader.text()
         qos, flags = reader.u8(), reader.u8()
-        if added:
-            table.moved.drop(client_id)
-            if announced is not None:
-                announced.durable.add((client_id, key))
+        # A session handed over from here keeps its hand-over entries (``table.moved``) for
+        # ``MOVED_KEEP_S`` even once its new owner announces it: a third node's PUBLISH
+        # frames sent with the route it had before our DGONE can arrive after that DSUB
+        # (another link). Those go on to the new owner; the new owner's own frames after its
+        # DSUB do not (it routed them with the session subscribed: ``to_orphans``).
+        if added and announced is not None:
+            announced.durable.add((client_id, key))
         table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags), added)
     elif kind == Kind.SNAPSHOT_END:
         if announced is not None:
