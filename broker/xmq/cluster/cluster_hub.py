@@ -383,9 +383,9 @@ class ClusterHub:
         count = 0
         table = self.table
         links = self.links
+        sent: set[str] = set()  # nodes the message went to
         if links:
             topic = message.topic
-            sent: set[str] = set()
             data = b""
             durable_nodes = table.durable
             for node, _ in table.routes.match(topic):
@@ -415,8 +415,8 @@ class ClusterHub:
             self.forwarded += len(sent)
         if len(table.orphans):
             count += self.orphans.to_orphans(table.orphans, message, hold)
-        if len(table.moved):
-            count += self.orphans.to_orphans(table.moved, message, hold)
+        if len(table.moved):  # not for a session a node it was sent to announced: it is there
+            count += self.orphans.to_orphans(table.moved, message, hold, sent)
         return count
 
     def has_shared(self, group: str, topic_filter: str) -> bool:

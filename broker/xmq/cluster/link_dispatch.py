@@ -89,7 +89,7 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         routed = hub.broker.publish_from_peer(message, context)
         if isinstance(routed, int):
             _count_in(hub, link)
-            if not _moved_away(hub, message, routed) and stats.quota_drops != quota_drops:
+            if not _moved_away(hub, link, message, routed) and stats.quota_drops != quota_drops:
                 link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
         else:  # a large fan-out: confirmed after its last slice, the link's next frames behind
             link.fan_in(routed)
@@ -113,10 +113,13 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         added = bool(reader.u8())
         client_id, key, topic_filter = reader.text(), reader.text(), reader.text()
         qos, flags = reader.u8(), reader.u8()
-        if added:
-            table.moved.drop(client_id)
-            if announced is not None:
-                announced.durable.add((client_id, key))
+        # A session handed over from here keeps its hand-over entries (``table.moved``) for
+        # ``MOVED_KEEP_S`` even once its new owner announces it: a third node's PUBLISH
+        # frames sent with the route it had before our DGONE can arrive after that DSUB
+        # (another link). Those go on to the new owner; the new owner's own frames after its
+        # DSUB do not (it routed them with the session subscribed: ``to_orphans``).
+        if added and announced is not None:
+            announced.durable.add((client_id, key))
         table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags), added)
     elif kind == Kind.SNAPSHOT_END:
         if announced is not None:
@@ -161,12 +164,13 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         raise frames.FrameError(f"unknown frame kind {kind}")
 
 
-def _moved_away(hub: ClusterHub, message: Message, count: int) -> int:
+def _moved_away(hub: ClusterHub, link: PeerLink, message: Message, count: int) -> int:
     """A PUBLISH frame's ``count`` local deliveries, and its appends for the persistent
-    sessions that moved away from here: all its deliveries (0 with a quota drop: 0x97)."""
+    sessions that moved away from here: all its deliveries (0 with a quota drop: 0x97).
+    A session the sender has announced is not handed on: it delivered the message itself."""
     table = hub.table
     if len(table.moved):
-        count += hub.orphans.to_orphans(table.moved, message)
+        count += hub.orphans.to_orphans(table.moved, message, None, (link.peer_node,))
     return count
 
 
@@ -181,7 +185,7 @@ def _fanned_out(
     frame = 0 if holder is None else holder.fanned_in(fanout)
     if holder is None or not frame:
         return
-    if not _moved_away(hub, fanout.message, count) and quota_dropped:
+    if not _moved_away(hub, link, fanout.message, count) and quota_dropped:
         holder.undelivered.append((frame, ReasonCode.QUOTA_EXCEEDED))
     _confirm_soon(hub, holder)
 

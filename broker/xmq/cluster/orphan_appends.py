@@ -14,17 +14,34 @@ records, so the ack goes out only once the message is durable somewhere.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_frames as frames
 from xmq.cluster.link_wait import Owner, Waiting
-from xmq.cluster.route_table import NO_LOCAL, RETAIN_AS_PUBLISHED, OrphanIndex, OrphanSub
+from xmq.cluster.route_table import (
+    NO_LOCAL,
+    RETAIN_AS_PUBLISHED,
+    DurableSub,
+    OrphanIndex,
+    OrphanSub,
+)
 
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
     from xmq.cluster.direct_hold import Direct
     from xmq.core.cluster_ports import DurableHold
     from xmq.core.message import Message
+
+
+def _announced(
+    durable: Mapping[str, Mapping[str, Mapping[str, DurableSub]]],
+    nodes: Collection[str],
+    client_id: str,
+) -> bool:
+    """One of ``nodes`` has announced subscriptions of ``client_id``'s persistent session
+    (an empty entry: they were all withdrawn since)."""
+    return any(durable.get(node, {}).get(client_id) for node in nodes)
 
 
 class OrphanAppends:
@@ -39,15 +56,29 @@ class OrphanAppends:
         self.retry_s = max(0.1, min(0.5, hub.identity.lease_ttl_s / 5))
 
     def to_orphans(
-        self, index: OrphanIndex, message: Message, hold: DurableHold | None = None
+        self,
+        index: OrphanIndex,
+        message: Message,
+        hold: DurableHold | None = None,
+        routed_by: Collection[str] = (),
     ) -> int:
-        """Append ``message`` for every session of ``index`` it matches; return how many."""
+        """Append ``message`` for every session of ``index`` it matches; return how many.
+
+        ``routed_by``: the other nodes that route ``message`` to their own local subscribers
+        (the node it came from; the nodes this node sent it to). A session one of them has
+        announced (DSUB, and no DGONE since) is skipped: frames of a link arrive in the order
+        they were sent, so that node has the session subscribed when it routes the message,
+        and delivers it itself. Handing it on as well (a moved session, ``table.moved``) would
+        give the session a second copy under another record id: a QoS 2 duplicate."""
         store = self.hub.store
         if store is None:
             return 0
+        durable = self.hub.table.durable
         targets: dict[str, tuple[OrphanSub, int, bool]] = {}
         for client_id, orphan in index.tree.match(message.topic):
             if orphan.flags & NO_LOCAL and client_id == message.origin:
+                continue
+            if routed_by and _announced(durable, routed_by, client_id):
                 continue
             qos = min(orphan.qos, message.qos)
             retain = message.retain and bool(orphan.flags & RETAIN_AS_PUBLISHED)

@@ -6,7 +6,8 @@
   they are only kept; when its link drops they become ``orphans``: messages matching them are
   appended to the sessions' Redis queues until another node claims the session.
 * ``moved``: sessions this node handed over (kept a few seconds, same treatment as orphans, for
-  messages still on their way here).
+  messages still on their way here; not used for a message from or to a node that has
+  announced the session in ``durable``: it delivers that message itself).
 
 A link that resumes after a drop gets the peer's full snapshot again (``AnnouncedRoutes``
 collects it); what this node still holds for the peer beyond it was removed while the link was

@@ -3,7 +3,9 @@
 A node whose claim found a live owner asks it to close the client (0x8E) and hand the session
 over; the owner forgets the session, flushes its pending records and answers. The old owner
 keeps the moved session's filters for ``MOVED_KEEP_S`` for messages already on their way to
-it (appended to the session's Redis queue, or sent to the new owner).
+it (appended to the session's Redis queue, or sent to the new owner), also after the new
+owner's DSUB — but not for messages from or to a node that has announced the session, which
+delivers them itself (``OrphanAppends.to_orphans``).
 """
 
 from __future__ import annotations

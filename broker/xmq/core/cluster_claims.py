@@ -13,6 +13,7 @@ hand it over.
 from __future__ import annotations
 
 import asyncio
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from xmq.core.cluster_ports import (
@@ -126,3 +127,6 @@ def apply_restored(broker: Broker, session: Session, restored: RestoredSession) 
         session.queue_restored(delivery)
     if restored.inbound_qos2:
         session.inbound_for_update().update(restored.inbound_qos2)
+    store = session.store
+    if store is not None:  # the forwarded ones among them count as recorded here
+        store.restored(session, chain(restored.inflight.values(), restored.queued))

@@ -9,7 +9,7 @@ pays one attribute check.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
@@ -196,6 +196,13 @@ class DurableStore(Protocol):
 
     def acknowledged(self, session: Session, delivery: Delivery) -> None:
         """The delivery is complete: its record is deleted."""
+
+    def restored(self, session: Session, deliveries: Iterable[Delivery]) -> None:
+        """A claim read these records of ``session`` back from the store. One recorded under
+        a forward id counts as recorded here, as if ``record`` had made it: the same message
+        reaching the session here afterwards by another path (a PUBLISH frame of a third
+        node, after the old owner handed it on into the session's queue before the claim)
+        is neither recorded nor delivered again."""
 
     def inbound_changed(
         self, session: Session, packet_id: int, added: bool, hold: DurableHold | None

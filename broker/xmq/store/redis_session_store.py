@@ -38,7 +38,7 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from xmq.contract.keys import ClusterKeys
@@ -66,8 +66,9 @@ _WAITING_LIMIT = 20_000
 """With max_queued_writes 0: records waiting for Redis before publishers are paused."""
 
 _RECENT_FORWARDED = 65_536
-"""(client id, forward id) pairs remembered of the latest forwarded records made here: a
-message reaching one session here by two paths (during a takeover) is recorded once."""
+"""(client id, forward id) pairs remembered of the latest forwarded records made here (or read
+back by a claim, ``restored``): a message reaching one session here by two paths (during a
+takeover) is recorded once."""
 
 
 def _settle(hold: DurableHold) -> Callable[[Any], None]:
@@ -281,6 +282,27 @@ class RedisSessionStore:
         self.batcher.command("LREM", self.keys.session_queue(client_id), 1, raw)
         if delivery.qos == 2:
             self.batcher.command("HDEL", self.keys.session_inflight(client_id), record_id_of(raw))
+
+    def restored(self, session: Session, deliveries: Iterable[Delivery]) -> None:
+        client_id = session.client_id
+        for delivery in deliveries:
+            raw = delivery.record
+            if raw is None:
+                continue
+            record_id = record_id_of(raw).decode()
+            if record_id.rpartition("/")[2].startswith("f"):  # a forward id: <node>/<epoch>/f<n>
+                self._remember((client_id, record_id))
+
+    def _remember(self, mark: tuple[str, str]) -> None:
+        """(client id, forward id) of a record the session has here (bounded, oldest out)."""
+        recent = self._recent
+        if mark in recent:
+            return
+        recent.add(mark)
+        order = self._recent_order
+        order.append(mark)
+        if len(order) > _RECENT_FORWARDED:
+            recent.discard(order.popleft())
 
     def inbound_changed(
         self, session: Session, packet_id: int, added: bool, hold: DurableHold | None

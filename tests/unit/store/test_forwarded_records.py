@@ -6,6 +6,7 @@ forward ids that left the message twice in the session's queue (a QoS 2 duplicat
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import cast
 
@@ -16,12 +17,16 @@ from tests.support.node_leases import drop_lease, write_lease
 from tests.support.redis_server import RedisServer, running_redis
 from xmq.contract import ClusterKeys
 from xmq.contract.message_record import MessageRecord, decode_record
-from xmq.core.cluster_ports import DurableContext, NodeIdentity
+from xmq.core.broker import Broker
+from xmq.core.cluster_claims import apply_restored
+from xmq.core.cluster_ports import ClaimOutcome, DurableContext, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.session import Delivery, QueueLimits, Session
+from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_session_store import RedisSessionStore
+from xmq.store.session_directory import RedisSessionDirectory
 
 pytestmark = pytest.mark.integration
 
@@ -148,3 +153,51 @@ async def test_a_message_reaching_a_session_twice_on_one_node_is_recorded_once(
     assert sync.exists(KEYS.session_seen("sub", "a-0/7/f1"))
     sync.close()
     await node_b.batcher.close()
+
+
+async def test_a_copy_handed_on_into_the_queue_before_the_claim_is_delivered_once(
+    server: RedisServer,
+) -> None:
+    """The old owner C hands a message on into the session's queue (its own append, before
+    the new owner's claim); B's claim reads it back; then a third node's PUBLISH frame of the
+    same message reaches the session on B: it is not recorded (nor delivered) a second time."""
+    sync = server.client()
+    sync.flushall()
+    old = ("c-0", 2)
+    sync.set(KEYS.session_owner("sub"), '{"node_id":"c-0","epoch":2}')
+    sync.hset(KEYS.session_state("sub"), "protocol_version", 5)  # C's stored session
+    node_c, node_b = await _store(server, old), await _store(server, B)
+    message = _forwarded(b"1", "a-0/7/f1")
+    assert await _replay_as(node_c, old, "sub", message) == []  # appended: C still owns it
+    directory = RedisSessionDirectory(
+        node_b.batcher, KEYS, node_b.identity, lambda _: False, time.time
+    )
+    claimed = await directory.claim(
+        "sub",
+        clean_start=False,
+        durable=True,
+        want_state=True,
+        protocol_version=5,
+        expiry_interval=300,
+        expected=old,  # C handed it over (TAKEOVER_DONE)
+    )
+    assert claimed.outcome == ClaimOutcome.RESTORED and claimed.restored is not None
+    session = _session(node_b, "sub")
+    apply_restored(Broker(CoreSettings()), session, claimed.restored)
+    assert [d.message.payload for d in session.queue] == [b"1"]
+    assert not _received(session, _forwarded(b"1", "a-0/7/f1"))  # the third node's copy
+    await node_b.flush()
+    assert [r.record_id for r in _queued(sync, "sub")] == ["a-0/7/f1"]
+    assert [d.message.payload for d in session.queue] == [b"1"]
+    sync.close()
+    for store in (node_b, node_c):
+        await store.batcher.close()
+
+
+async def _replay_as(
+    store: RedisSessionStore, owner: tuple[str, int], client_id: str, message: Message
+) -> list[str]:
+    moved: list[str] = []
+    store.append_if_owner(client_id, owner, message, 2, False, lambda node, _: moved.append(node))
+    await store.flush()
+    return moved
