@@ -13,16 +13,11 @@ from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
 from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
-from xmq.core.memory_cost import (
-    DELIVERY_COST,
-    MESSAGE_COST,
-    delivery_cost,
-    hold,
-    release,
-    would_hold,
-)
+from xmq.core.delivery_queue import Delivery as Delivery
+from xmq.core.delivery_queue import DeliveryQueue, queued_cost
+from xmq.core.memory_cost import DELIVERY_COST, MESSAGE_COST, hold, release, would_hold
 from xmq.core.message import Message
-from xmq.core.owed_writes import NOT_OWED, PUBREL_HEAD, READY, WAITING, owe, write_due
+from xmq.core.owed_writes import PUBREL_HEAD, READY, WAITING, owe, write_due
 from xmq.protocol.packet_ids import PacketIdAllocator
 
 if TYPE_CHECKING:
@@ -35,13 +30,13 @@ if TYPE_CHECKING:
 _NO_IDS: tuple[int, ...] = ()
 
 
-class _NothingQueued(deque["Delivery"]):
+class _NothingQueued(DeliveryQueue):
     """The shared empty queue of every session that has never queued a message.
 
-    An empty ``deque`` costs 760 bytes and a ``set`` 216: most sessions (an idle device) never
-    queue a message nor receive QoS 2, so they share these read-only empties and get their own
-    on first use (``queue_for_append``, ``inbound_for_update``). Mutating a shared one is a bug
-    and raises.
+    An empty ``DeliveryQueue`` costs 136 bytes and a ``set`` 216: most sessions (an idle
+    device) never queue a message nor receive QoS 2, so they share these read-only empties and
+    get their own on first use (``queue_for_append``, ``inbound_for_update``). Mutating a
+    shared one is a bug and raises.
     """
 
     __slots__ = ()
@@ -62,7 +57,7 @@ class _NoInboundIds(set[int]):
         raise RuntimeError("a session's inbound ids must be allocated first (inbound_for_update)")
 
 
-NOTHING_QUEUED: deque[Delivery] = _NothingQueued()
+NOTHING_QUEUED: DeliveryQueue = _NothingQueued()
 NO_INBOUND_IDS: set[int] = _NoInboundIds()
 
 
@@ -99,42 +94,6 @@ class Subscription:
         self.retain_handling = retain_handling
         self.identifier = identifier
         self.share_group = share_group
-
-
-class Delivery:
-    """A QoS 1/2 message owed to one session: queued (packet_id 0) or in flight."""
-
-    __slots__ = (
-        "message",
-        "on_done",
-        "owed",
-        "packet_id",
-        "qos",
-        "record",
-        "released",
-        "retain",
-        "share",
-        "subscription_ids",
-    )
-
-    def __init__(
-        self,
-        message: Message,
-        qos: int,
-        retain: bool,
-        subscription_ids: tuple[int, ...],
-        share: Subscription | None,
-    ) -> None:
-        self.message = message
-        self.qos = qos
-        self.retain = retain
-        self.subscription_ids = subscription_ids
-        self.packet_id = 0
-        self.released = False  # QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
-        self.share = share
-        self.record: bytes | None = None  # durable record (persistent sessions in a cluster)
-        self.on_done: Callable[[], None] | None = None  # told when acknowledged (cluster)
-        self.owed = NOT_OWED  # WAITING / READY: a write in ``Session.owed`` (owed_writes)
 
 
 class QueueLimits:
@@ -181,7 +140,7 @@ class Session:
         self.connection: ClientConnection | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self.inflight: dict[int, Delivery] = {}
-        self.queue: deque[Delivery] = NOTHING_QUEUED  # allocated on first use
+        self.queue: DeliveryQueue = NOTHING_QUEUED  # allocated on first use
         self.queued_bytes = 0
         self.inbound_qos2: set[int] = NO_INBOUND_IDS  # allocated on first use
         self.packet_ids = PacketIdAllocator()
@@ -262,48 +221,50 @@ class Session:
         conn = self.connection
         if conn is not None and self._goes_out_now(conn):
             return True
-        return self._room_for(message)
+        return self._room_for(message, DELIVERY_COST)  # a recorded one is held as itself
 
-    def _room_for(self, message: Message) -> bool:
-        """Room in this session's queue and in the node's budget (else the drop is counted)."""
+    def _room_for(self, message: Message, cost: int) -> bool:
+        """Room for an entry costing ``cost`` in this session's queue and in the node's
+        budget (else the drop is counted)."""
         limits = self.limits
         stats = self.stats
         size = message.size
         if (
             len(self.queue) >= limits.max_messages
-            or self.queued_bytes + DELIVERY_COST + size > limits.max_session_bytes
+            or self.queued_bytes + cost + size > limits.max_session_bytes
         ):
             stats.drop_for_quota("queue_full")
             return False
         # the exact budget cost only near the budget (``would_hold`` is the slower one): a
         # message already queued elsewhere costs less than this upper bound
-        if stats.queued_bytes + DELIVERY_COST + MESSAGE_COST + 2 * size > limits.budget_bytes and (
-            stats.queued_bytes + would_hold(message) > limits.budget_bytes
+        if stats.queued_bytes + cost + MESSAGE_COST + 2 * size > limits.budget_bytes and (
+            stats.queued_bytes + would_hold(message, cost) > limits.budget_bytes
         ):
             stats.drop_for_quota("memory_budget")
             return False
         return True
 
     def _enqueue(self, delivery: Delivery) -> bool:
-        message = delivery.message
-        if not self._room_for(message):
+        if not self._room_for(delivery.message, queued_cost(delivery)):
             return False
-        self.queue_for_append().append(delivery)
-        self.queued_bytes += delivery_cost(message)
-        self.stats.queued_bytes += hold(message)
+        self.queue_restored(delivery)
         return True
 
     def queue_restored(self, delivery: Delivery) -> None:
         """Queue a delivery restored from storage (no limit: it was accepted before)."""
         self.queue_for_append().append(delivery)
-        self.queued_bytes += delivery_cost(delivery.message)
-        self.stats.queued_bytes += hold(delivery.message)
+        message = delivery.message
+        cost = queued_cost(delivery)
+        self.queued_bytes += cost + message.size
+        self.stats.queued_bytes += hold(message, cost)
 
     def unqueued(self, delivery: Delivery) -> None:
-        """A delivery left the queue (sent, expired, moved or dropped): release its bytes."""
+        """A delivery left the queue (sent, expired, moved or dropped): release its bytes
+        (before anything of it changes: its cost depends on how the queue held it)."""
         message = delivery.message
-        self.queued_bytes -= delivery_cost(message)
-        self.stats.queued_bytes -= release(message)
+        cost = queued_cost(delivery)
+        self.queued_bytes -= cost + message.size
+        self.stats.queued_bytes -= release(message, cost)
 
     def clear_queue(self) -> None:
         """Forget every queued delivery, releasing its bytes."""
@@ -312,11 +273,11 @@ class Session:
             self.unqueued(delivery)
         queue.clear()
 
-    def queue_for_append(self) -> deque[Delivery]:
+    def queue_for_append(self) -> DeliveryQueue:
         """The session's own queue (allocated now if it still shares the empty one)."""
         queue = self.queue
         if queue is NOTHING_QUEUED:
-            queue = self.queue = deque()
+            queue = self.queue = DeliveryQueue()
         return queue
 
     def inbound_for_update(self) -> set[int]:
@@ -459,14 +420,16 @@ class Session:
         ]
         for delivery in taken:
             del self.inflight[delivery.packet_id]
-        if any(d.share is not None for d in self.queue):
-            kept: deque[Delivery] = deque()
-            for delivery in self.queue:
+        queue = self.queue
+        if any(d.share is not None for d in queue.held()):
+            kept = DeliveryQueue()
+            for delivery in queue:
                 if delivery.share is not None and movable(delivery.share):
                     taken.append(delivery)
                     self.unqueued(delivery)
                 else:
                     kept.append(delivery)
+            queue.clear()
             self.queue = kept
         for delivery in taken:  # the caller re-dispatches them: it answers for them now
             if delivery.on_done is not None:
