@@ -94,41 +94,54 @@ def queued_cost(delivery: Delivery) -> int:
 class DeliveryQueue:
     """A session's FIFO of queued deliveries (see the module docstring)."""
 
-    __slots__ = ("_head", "_held", "_words")
+    __slots__ = ("_head", "_held", "words")
 
     def __init__(self) -> None:
-        self._words = array("Q")
+        self.words = array("Q")
+        """Two words per entry; empty exactly when nothing is queued (so the hot path tests
+        ``queue.words``, a C-level truth test, rather than calling ``__bool__``)."""
         self._head = 0
         self._held: deque[Delivery] | None = None
 
     def __len__(self) -> int:
-        return (len(self._words) - self._head) >> 1
+        return (len(self.words) - self._head) >> 1
 
     def __bool__(self) -> bool:
-        return len(self._words) > self._head
+        return len(self.words) > self._head
 
     def append(self, delivery: Delivery) -> None:
         if held_as_words(delivery):
-            message = delivery.message
-            key = id(message)
-            count = _NAMED.get(key)
-            if count is None:
-                _QUEUED[key] = message
-                _NAMED[key] = 1
-            else:
-                _NAMED[key] = count + 1
-            ids = delivery.subscription_ids
-            flags = delivery.qos << 1 | delivery.retain
-            self._words.extend((key, (ids[0] << 3 | flags) if ids else flags))
+            self.append_words(
+                delivery.message, delivery.qos, delivery.retain, delivery.subscription_ids
+            )
             return
         held = self._held
         if held is None:
             held = self._held = deque()
         held.append(delivery)
-        self._words.extend((_HELD, 0))
+        words = self.words
+        words.append(_HELD)
+        words.append(0)
+
+    def append_words(
+        self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
+    ) -> None:
+        """Queue a delivery with no share, record nor ``on_done`` and at most one
+        subscription identifier (``held_as_words``) without making it a ``Delivery``."""
+        key = id(message)
+        count = _NAMED.get(key)
+        if count is None:
+            _QUEUED[key] = message
+            _NAMED[key] = 1
+        else:
+            _NAMED[key] = count + 1
+        words = self.words
+        words.append(key)
+        flags = qos << 1 | retain
+        words.append(subscription_ids[0] << 3 | flags if subscription_ids else flags)
 
     def popleft(self) -> Delivery:
-        words = self._words
+        words = self.words
         head = self._head
         if head >= len(words):
             raise IndexError("pop from an empty DeliveryQueue")
@@ -149,7 +162,7 @@ class DeliveryQueue:
 
     def __iter__(self) -> Iterator[Delivery]:
         """The queued deliveries in order (those held as words as new ``Delivery`` objects)."""
-        words = self._words
+        words = self.words
         held = iter(self._held or ())
         for at in range(self._head, len(words), 2):
             key = words[at]
@@ -167,7 +180,7 @@ class DeliveryQueue:
 
     def clear(self) -> None:
         self._unname_all()
-        del self._words[:]
+        del self.words[:]
         self._head = 0
         self._held = None
 
@@ -176,7 +189,7 @@ class DeliveryQueue:
         self._unname_all()
 
     def _unname_all(self) -> None:
-        words = self._words
+        words = self.words
         for at in range(self._head, len(words), 2):
             key = words[at]
             if key != _HELD:

@@ -15,7 +15,14 @@ from xmq.codec.packets import Will
 from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
 from xmq.core.delivery_queue import Delivery as Delivery
 from xmq.core.delivery_queue import DeliveryQueue, queued_cost
-from xmq.core.memory_cost import DELIVERY_COST, MESSAGE_COST, hold, release, would_hold
+from xmq.core.memory_cost import (
+    DELIVERY_COST,
+    MESSAGE_COST,
+    WORDS_DELIVERY_COST,
+    hold,
+    release,
+    would_hold,
+)
 from xmq.core.message import Message
 from xmq.core.owed_writes import PUBREL_HEAD, READY, WAITING, owe, write_due
 from xmq.protocol.packet_ids import PacketIdAllocator
@@ -177,15 +184,15 @@ class Session:
                 self.stats.drop("qos0_not_writable" if conn is not None else "qos0_offline")
                 return False
             return conn.send_publish(message, 0, retain, subscription_ids, 0, now)
-        delivery = Delivery(message, qos, retain, subscription_ids, share)
         if self.store is not None:
             if not self.room_to_record(message):
                 return False
+            delivery = Delivery(message, qos, retain, subscription_ids, share)
             return self.store.record(self, delivery, now, context)
         inflight = self.inflight
         if (
             conn is not None
-            and not self.queue
+            and not self.queue.words
             and len(inflight) < conn.send_window
             and not conn.link.congested
         ):
@@ -198,10 +205,13 @@ class Session:
                 allocator.next_id = packet_id + 1 if packet_id < 0xFFFF else 1
             if not conn.send_publish(message, qos, retain, subscription_ids, packet_id, now):
                 return False
+            delivery = Delivery(message, qos, retain, subscription_ids, share)
             delivery.packet_id = packet_id
             inflight[packet_id] = delivery
             return True
-        return self._enqueue(delivery)
+        if share is None and len(subscription_ids) < 2:
+            return self._enqueue_words(message, qos, retain, subscription_ids)
+        return self._enqueue(Delivery(message, qos, retain, subscription_ids, share))
 
     def deliver_recorded(self, delivery: Delivery, now: float) -> bool:
         """Send or queue a QoS 1/2 delivery (after its durable record, when there is one)."""
@@ -212,7 +222,11 @@ class Session:
 
     def _goes_out_now(self, conn: ClientConnection) -> bool:
         """A new delivery would be written now, not queued (``deliver`` inlines this)."""
-        return not self.queue and len(self.inflight) < conn.send_window and not conn.link.congested
+        return (
+            not self.queue.words
+            and len(self.inflight) < conn.send_window
+            and not conn.link.congested
+        )
 
     def room_to_record(self, message: Message) -> bool:
         """Before a durable record is written for a delivery: False (the drop counted) when it
@@ -248,6 +262,17 @@ class Session:
         if not self._room_for(delivery.message, queued_cost(delivery)):
             return False
         self.queue_restored(delivery)
+        return True
+
+    def _enqueue_words(
+        self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
+    ) -> bool:
+        """``_enqueue`` of a delivery the queue holds as words, without making it one."""
+        if not self._room_for(message, WORDS_DELIVERY_COST):
+            return False
+        self.queue_for_append().append_words(message, qos, retain, subscription_ids)
+        self.queued_bytes += WORDS_DELIVERY_COST + message.size
+        self.stats.queued_bytes += hold(message, WORDS_DELIVERY_COST)
         return True
 
     def queue_restored(self, delivery: Delivery) -> None:
@@ -336,13 +361,14 @@ class Session:
         """Move queued deliveries into the in-flight window while there is room."""
         conn = self.connection
         queue = self.queue
-        if conn is None or not queue:
+        if conn is None or not queue.words:
             return
         window = conn.send_window
         inflight = self.inflight
         stats = self.stats
         link = conn.link
-        while queue and len(inflight) < window and not link.congested:
+        words = queue.words
+        while words and len(inflight) < window and not link.congested:
             delivery = queue.popleft()
             self.unqueued(delivery)
             if delivery.message.expired(now):
@@ -358,7 +384,7 @@ class Session:
                 self.store.acknowledged(self, delivery)
             if delivery.on_done is not None:
                 delivery.on_done()
-            if self.queue:
+            if self.queue.words:
                 self.pump(now)
         return delivery
 
