@@ -88,23 +88,32 @@ def held_as_words(delivery: Delivery) -> bool:
 
 def queued_cost(delivery: Delivery) -> int:
     """Bytes one queued ``delivery`` takes beyond its message (``core.memory_cost``)."""
-    return WORDS_DELIVERY_COST if held_as_words(delivery) else DELIVERY_COST
+    if (
+        delivery.share is None
+        and delivery.record is None
+        and delivery.on_done is None
+        and len(delivery.subscription_ids) < 2
+    ):
+        return WORDS_DELIVERY_COST  # held_as_words, inlined (pump calls this per message)
+    return DELIVERY_COST
 
 
 class DeliveryQueue:
     """A session's FIFO of queued deliveries (see the module docstring)."""
 
-    __slots__ = ("_head", "_held", "words")
+    __slots__ = ("_head", "_held", "length", "words")
 
     def __init__(self) -> None:
         self.words = array("Q")
         """Two words per entry; empty exactly when nothing is queued (so the hot path tests
         ``queue.words``, a C-level truth test, rather than calling ``__bool__``)."""
+        self.length = 0
+        """How many deliveries are queued (``len()`` without a call into Python)."""
         self._head = 0
         self._held: deque[Delivery] | None = None
 
     def __len__(self) -> int:
-        return (len(self.words) - self._head) >> 1
+        return self.length
 
     def __bool__(self) -> bool:
         return len(self.words) > self._head
@@ -122,6 +131,7 @@ class DeliveryQueue:
         words = self.words
         words.append(_HELD)
         words.append(0)
+        self.length += 1
 
     def append_words(
         self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
@@ -139,6 +149,7 @@ class DeliveryQueue:
         words.append(key)
         flags = qos << 1 | retain
         words.append(subscription_ids[0] << 3 | flags if subscription_ids else flags)
+        self.length += 1
 
     def popleft(self) -> Delivery:
         words = self.words
@@ -155,10 +166,18 @@ class DeliveryQueue:
             del words[:head]
             head = 0
         self._head = head
+        self.length -= 1
         if key == _HELD:
             assert self._held is not None
             return self._held.popleft()
-        return _materialised(key, flags, True)
+        message = _QUEUED[key]
+        count = _NAMED[key]
+        if count == 1:
+            del _QUEUED[key], _NAMED[key]
+        else:
+            _NAMED[key] = count - 1
+        ids = (flags >> 3,) if flags >> 3 else _NO_IDS
+        return Delivery(message, flags >> 1 & 3, bool(flags & 1), ids, None)
 
     def __iter__(self) -> Iterator[Delivery]:
         """The queued deliveries in order (those held as words as new ``Delivery`` objects)."""
@@ -166,7 +185,12 @@ class DeliveryQueue:
         held = iter(self._held or ())
         for at in range(self._head, len(words), 2):
             key = words[at]
-            yield next(held) if key == _HELD else _materialised(key, words[at + 1], False)
+            if key == _HELD:
+                yield next(held)
+            else:
+                flags = words[at + 1]
+                ids = (flags >> 3,) if flags >> 3 else _NO_IDS
+                yield Delivery(_QUEUED[key], flags >> 1 & 3, bool(flags & 1), ids, None)
 
     def __getitem__(self, index: int) -> Delivery:
         for at, delivery in enumerate(self):
@@ -181,7 +205,7 @@ class DeliveryQueue:
     def clear(self) -> None:
         self._unname_all()
         del self.words[:]
-        self._head = 0
+        self.length = self._head = 0
         self._held = None
 
     def __del__(self) -> None:
@@ -194,14 +218,6 @@ class DeliveryQueue:
             key = words[at]
             if key != _HELD:
                 _unname(key)
-
-
-def _materialised(key: int, flags: int, leaving: bool) -> Delivery:
-    message = _QUEUED[key]
-    if leaving:
-        _unname(key)
-    ids = (flags >> 3,) if flags >> 3 else _NO_IDS
-    return Delivery(message, flags >> 1 & 3, bool(flags & 1), ids, None)
 
 
 def _unname(key: int) -> None:

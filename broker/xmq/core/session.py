@@ -51,6 +51,11 @@ class _NothingQueued(DeliveryQueue):
     def append(self, delivery: Delivery) -> None:
         raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
 
+    def append_words(
+        self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
+    ) -> None:
+        raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
+
 
 class _NoInboundIds(set[int]):
     """The shared empty set of inbound QoS 2 packet ids (see ``_NothingQueued``)."""
@@ -244,7 +249,7 @@ class Session:
         stats = self.stats
         size = message.size
         if (
-            len(self.queue) >= limits.max_messages
+            self.queue.length >= limits.max_messages
             or self.queued_bytes + cost + size > limits.max_session_bytes
         ):
             stats.drop_for_quota("queue_full")
@@ -270,7 +275,10 @@ class Session:
         """``_enqueue`` of a delivery the queue holds as words, without making it one."""
         if not self._room_for(message, WORDS_DELIVERY_COST):
             return False
-        self.queue_for_append().append_words(message, qos, retain, subscription_ids)
+        queue = self.queue
+        if queue is NOTHING_QUEUED:
+            queue = self.queue = DeliveryQueue()
+        queue.append_words(message, qos, retain, subscription_ids)
         self.queued_bytes += WORDS_DELIVERY_COST + message.size
         self.stats.queued_bytes += hold(message, WORDS_DELIVERY_COST)
         return True
