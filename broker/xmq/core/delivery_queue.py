@@ -31,8 +31,9 @@ if TYPE_CHECKING:
 _NO_IDS: tuple[int, ...] = ()
 _HELD: Final = 0
 """The first word of an entry that is a ``Delivery`` in the side deque."""
-_COMPACT_FROM: Final = 1024
-"""Consumed words are dropped once they are this many and a quarter of the array."""
+_COMPACT_FROM: Final = 16
+"""Consumed words are dropped once they are this many and a quarter of the array (so a
+queue keeps fewer than 8 sent entries' words beyond a quarter of its live ones)."""
 
 _QUEUED: dict[int, Message] = {}
 """``id(message)`` -> the message, for every message a queue holds as words."""

@@ -15,9 +15,10 @@ of one-byte messages grew the process far past ``limits.memory_budget_bytes``. S
   encoded for a subscriber). The last queued delivery of a message releases it.
 
 The constants were measured with ``tracemalloc`` on the real objects (CPython 3.11, 64-bit):
-a ``Delivery`` with its deque slot and marker words takes ~138 bytes; two words 16 (32 when
-they are a queue's only entry: the array's smallest allocation; ~26 at most in a longer queue,
-with the array's growth margin and up to a quarter of it consumed words not yet dropped); a
+a ``Delivery`` with its deque slot and marker words takes ~138 bytes; two words 16 (~23 at
+most with the array's growth margin and up to a quarter of it consumed words not yet
+dropped; a queue's smallest allocation, 32 bytes, and the ``DeliveryQueue`` itself are its
+session's cost, as the deque's 760 bytes were); a
 one-byte message routed from a plain PUBLISH (its ``Message``, payload and topic objects,
 variant dict and wire tuple, and its entry in the queues' message table) ~530 bytes beyond
 twice its topic and payload; the constants round them up.
@@ -37,10 +38,10 @@ DELIVERY_COST: Final = 152
 """Bytes of one delivery queued as a ``Delivery`` object: it, its deque slot and its two
 marker words (measured ~138, rounded up)."""
 
-WORDS_DELIVERY_COST: Final = 32
-"""Bytes of one queued delivery held as two words: 16, and 32 for the only entry of a queue
-(the array's smallest allocation); at most ~26 in a longer one, with the array's growth
-margin and its consumed words not yet dropped."""
+WORDS_DELIVERY_COST: Final = 24
+"""Bytes of one queued delivery held as two words: 16, at most ~23 with the array's growth
+margin and a quarter of consumed words not yet dropped. A queue's fixed part (the object,
+the rest of its smallest allocation) is its session's cost, as its deque's once was."""
 
 MESSAGE_COST: Final = 640
 """Bytes of one queued ``Message`` beyond twice its topic and payload (measured ~530)."""
