@@ -77,25 +77,17 @@ class Delivery:
         self.owed = NOT_OWED  # WAITING / READY: a write in ``Session.owed`` (owed_writes)
 
 
-def held_as_words(delivery: Delivery) -> bool:
-    """A queue holds this delivery as words (else as itself, a tracked object)."""
-    return (
-        delivery.share is None
-        and delivery.record is None
-        and delivery.on_done is None
-        and len(delivery.subscription_ids) < 2
-    )
-
-
 def queued_cost(delivery: Delivery) -> int:
-    """Bytes one queued ``delivery`` takes beyond its message (``core.memory_cost``)."""
+    """Bytes one queued ``delivery`` takes beyond its message (``core.memory_cost``):
+    ``WORDS_DELIVERY_COST`` when a queue holds it as words, else (held as itself, a tracked
+    object) ``DELIVERY_COST``."""
     if (
         delivery.share is None
         and delivery.record is None
         and delivery.on_done is None
         and len(delivery.subscription_ids) < 2
     ):
-        return WORDS_DELIVERY_COST  # held_as_words, inlined (pump calls this per message)
+        return WORDS_DELIVERY_COST
     return DELIVERY_COST
 
 
@@ -120,7 +112,7 @@ class DeliveryQueue:
         return len(self.words) > self._head
 
     def append(self, delivery: Delivery) -> None:
-        if held_as_words(delivery):
+        if queued_cost(delivery) == WORDS_DELIVERY_COST:  # held as words
             self.append_words(
                 delivery.message, delivery.qos, delivery.retain, delivery.subscription_ids
             )
@@ -138,7 +130,7 @@ class DeliveryQueue:
         self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
     ) -> None:
         """Queue a delivery with no share, record nor ``on_done`` and at most one
-        subscription identifier (``held_as_words``) without making it a ``Delivery``."""
+        subscription identifier (``queued_cost``: words) without making it a ``Delivery``."""
         key = id(message)
         count = _NAMED.get(key)
         if count is None:
