@@ -3,6 +3,8 @@
 A ``Session`` outlives its connections. Outbound QoS 1/2 messages are ``Delivery`` records:
 queued until the client's in-flight window (its Receive Maximum) has room, then in flight
 under a packet id until acknowledged. QoS 0 goes straight to the connection or is dropped.
+While queued, a plain one is not an object at all but two words in the session's
+``DeliveryQueue`` (out of the garbage collector's sight: ``core.delivery_queue``).
 """
 
 from __future__ import annotations
