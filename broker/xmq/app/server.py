@@ -369,6 +369,12 @@ def tune_garbage_collector() -> None:
     longest was 0.07 s, with (10,000, 3) 0.02-0.04 s, for the same total time (1,000 messages
     to 2,000 offline sessions: 0.5-1.3 s of collections either way). The oldest generation's
     threshold counts middle collections: 3,000 keeps it as rare as before.
+
+    A full collection walks every tracked object (~0.15-0.25 us each). Queued deliveries are
+    not objects (``core.delivery_queue`` keeps them as words in an array), so with the default
+    512 MiB budget full of a fan-out (16.6 M deliveries to 2,000 offline sessions) one takes
+    ~2 ms; each queued *message* is still one tracked object: full of distinct messages
+    (770,000) ~120 ms (``bench/gc_pause_bench.py``, docs/security.md).
     """
     gc.collect()
     gc.freeze()

@@ -3,6 +3,8 @@
 A ``Session`` outlives its connections. Outbound QoS 1/2 messages are ``Delivery`` records:
 queued until the client's in-flight window (its Receive Maximum) has room, then in flight
 under a packet id until acknowledged. QoS 0 goes straight to the connection or is dropped.
+While queued, a plain one is not an object at all but two words in the session's
+``DeliveryQueue`` (out of the garbage collector's sight: ``core.delivery_queue``).
 """
 
 from __future__ import annotations
@@ -13,16 +15,18 @@ from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
 from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
+from xmq.core.delivery_queue import Delivery as Delivery
+from xmq.core.delivery_queue import DeliveryQueue, queued_cost
 from xmq.core.memory_cost import (
     DELIVERY_COST,
     MESSAGE_COST,
-    delivery_cost,
+    WORDS_DELIVERY_COST,
     hold,
     release,
     would_hold,
 )
 from xmq.core.message import Message
-from xmq.core.owed_writes import NOT_OWED, PUBREL_HEAD, READY, WAITING, owe, write_due
+from xmq.core.owed_writes import PUBREL_HEAD, READY, WAITING, owe, write_due
 from xmq.protocol.packet_ids import PacketIdAllocator
 
 if TYPE_CHECKING:
@@ -35,18 +39,23 @@ if TYPE_CHECKING:
 _NO_IDS: tuple[int, ...] = ()
 
 
-class _NothingQueued(deque["Delivery"]):
+class _NothingQueued(DeliveryQueue):
     """The shared empty queue of every session that has never queued a message.
 
-    An empty ``deque`` costs 760 bytes and a ``set`` 216: most sessions (an idle device) never
-    queue a message nor receive QoS 2, so they share these read-only empties and get their own
-    on first use (``queue_for_append``, ``inbound_for_update``). Mutating a shared one is a bug
-    and raises.
+    An empty ``DeliveryQueue`` costs 136 bytes and a ``set`` 216: most sessions (an idle
+    device) never queue a message nor receive QoS 2, so they share these read-only empties and
+    get their own on first use (``queue_for_append``, ``inbound_for_update``). Mutating a
+    shared one is a bug and raises.
     """
 
     __slots__ = ()
 
     def append(self, delivery: Delivery) -> None:
+        raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
+
+    def append_words(
+        self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
+    ) -> None:
         raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
 
 
@@ -62,7 +71,7 @@ class _NoInboundIds(set[int]):
         raise RuntimeError("a session's inbound ids must be allocated first (inbound_for_update)")
 
 
-NOTHING_QUEUED: deque[Delivery] = _NothingQueued()
+NOTHING_QUEUED: DeliveryQueue = _NothingQueued()
 NO_INBOUND_IDS: set[int] = _NoInboundIds()
 
 
@@ -99,42 +108,6 @@ class Subscription:
         self.retain_handling = retain_handling
         self.identifier = identifier
         self.share_group = share_group
-
-
-class Delivery:
-    """A QoS 1/2 message owed to one session: queued (packet_id 0) or in flight."""
-
-    __slots__ = (
-        "message",
-        "on_done",
-        "owed",
-        "packet_id",
-        "qos",
-        "record",
-        "released",
-        "retain",
-        "share",
-        "subscription_ids",
-    )
-
-    def __init__(
-        self,
-        message: Message,
-        qos: int,
-        retain: bool,
-        subscription_ids: tuple[int, ...],
-        share: Subscription | None,
-    ) -> None:
-        self.message = message
-        self.qos = qos
-        self.retain = retain
-        self.subscription_ids = subscription_ids
-        self.packet_id = 0
-        self.released = False  # QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
-        self.share = share
-        self.record: bytes | None = None  # durable record (persistent sessions in a cluster)
-        self.on_done: Callable[[], None] | None = None  # told when acknowledged (cluster)
-        self.owed = NOT_OWED  # WAITING / READY: a write in ``Session.owed`` (owed_writes)
 
 
 class QueueLimits:
@@ -181,7 +154,7 @@ class Session:
         self.connection: ClientConnection | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self.inflight: dict[int, Delivery] = {}
-        self.queue: deque[Delivery] = NOTHING_QUEUED  # allocated on first use
+        self.queue: DeliveryQueue = NOTHING_QUEUED  # allocated on first use
         self.queued_bytes = 0
         self.inbound_qos2: set[int] = NO_INBOUND_IDS  # allocated on first use
         self.packet_ids = PacketIdAllocator()
@@ -218,15 +191,15 @@ class Session:
                 self.stats.drop("qos0_not_writable" if conn is not None else "qos0_offline")
                 return False
             return conn.send_publish(message, 0, retain, subscription_ids, 0, now)
-        delivery = Delivery(message, qos, retain, subscription_ids, share)
         if self.store is not None:
             if not self.room_to_record(message):
                 return False
+            delivery = Delivery(message, qos, retain, subscription_ids, share)
             return self.store.record(self, delivery, now, context)
         inflight = self.inflight
         if (
             conn is not None
-            and not self.queue
+            and not self.queue.words
             and len(inflight) < conn.send_window
             and not conn.link.congested
         ):
@@ -239,10 +212,13 @@ class Session:
                 allocator.next_id = packet_id + 1 if packet_id < 0xFFFF else 1
             if not conn.send_publish(message, qos, retain, subscription_ids, packet_id, now):
                 return False
+            delivery = Delivery(message, qos, retain, subscription_ids, share)
             delivery.packet_id = packet_id
             inflight[packet_id] = delivery
             return True
-        return self._enqueue(delivery)
+        if share is None and len(subscription_ids) < 2:
+            return self._enqueue_words(message, qos, retain, subscription_ids)
+        return self._enqueue(Delivery(message, qos, retain, subscription_ids, share))
 
     def deliver_recorded(self, delivery: Delivery, now: float) -> bool:
         """Send or queue a QoS 1/2 delivery (after its durable record, when there is one)."""
@@ -253,7 +229,11 @@ class Session:
 
     def _goes_out_now(self, conn: ClientConnection) -> bool:
         """A new delivery would be written now, not queued (``deliver`` inlines this)."""
-        return not self.queue and len(self.inflight) < conn.send_window and not conn.link.congested
+        return (
+            not self.queue.words
+            and len(self.inflight) < conn.send_window
+            and not conn.link.congested
+        )
 
     def room_to_record(self, message: Message) -> bool:
         """Before a durable record is written for a delivery: False (the drop counted) when it
@@ -262,48 +242,64 @@ class Session:
         conn = self.connection
         if conn is not None and self._goes_out_now(conn):
             return True
-        return self._room_for(message)
+        return self._room_for(message, DELIVERY_COST)  # a recorded one is held as itself
 
-    def _room_for(self, message: Message) -> bool:
-        """Room in this session's queue and in the node's budget (else the drop is counted)."""
+    def _room_for(self, message: Message, cost: int) -> bool:
+        """Room for an entry costing ``cost`` in this session's queue and in the node's
+        budget (else the drop is counted)."""
         limits = self.limits
         stats = self.stats
         size = message.size
         if (
-            len(self.queue) >= limits.max_messages
-            or self.queued_bytes + DELIVERY_COST + size > limits.max_session_bytes
+            self.queue.length >= limits.max_messages
+            or self.queued_bytes + cost + size > limits.max_session_bytes
         ):
             stats.drop_for_quota("queue_full")
             return False
         # the exact budget cost only near the budget (``would_hold`` is the slower one): a
         # message already queued elsewhere costs less than this upper bound
-        if stats.queued_bytes + DELIVERY_COST + MESSAGE_COST + 2 * size > limits.budget_bytes and (
-            stats.queued_bytes + would_hold(message) > limits.budget_bytes
+        if stats.queued_bytes + cost + MESSAGE_COST + 2 * size > limits.budget_bytes and (
+            stats.queued_bytes + would_hold(message, cost) > limits.budget_bytes
         ):
             stats.drop_for_quota("memory_budget")
             return False
         return True
 
     def _enqueue(self, delivery: Delivery) -> bool:
-        message = delivery.message
-        if not self._room_for(message):
+        if not self._room_for(delivery.message, queued_cost(delivery)):
             return False
-        self.queue_for_append().append(delivery)
-        self.queued_bytes += delivery_cost(message)
-        self.stats.queued_bytes += hold(message)
+        self.queue_restored(delivery)
+        return True
+
+    def _enqueue_words(
+        self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
+    ) -> bool:
+        """``_enqueue`` of a delivery the queue holds as words, without making it one."""
+        if not self._room_for(message, WORDS_DELIVERY_COST):
+            return False
+        queue = self.queue
+        if queue is NOTHING_QUEUED:
+            queue = self.queue = DeliveryQueue()
+        queue.append_words(message, qos, retain, subscription_ids)
+        self.queued_bytes += WORDS_DELIVERY_COST + message.size
+        self.stats.queued_bytes += hold(message, WORDS_DELIVERY_COST)
         return True
 
     def queue_restored(self, delivery: Delivery) -> None:
         """Queue a delivery restored from storage (no limit: it was accepted before)."""
         self.queue_for_append().append(delivery)
-        self.queued_bytes += delivery_cost(delivery.message)
-        self.stats.queued_bytes += hold(delivery.message)
+        message = delivery.message
+        cost = queued_cost(delivery)
+        self.queued_bytes += cost + message.size
+        self.stats.queued_bytes += hold(message, cost)
 
     def unqueued(self, delivery: Delivery) -> None:
-        """A delivery left the queue (sent, expired, moved or dropped): release its bytes."""
+        """A delivery left the queue (sent, expired, moved or dropped): release its bytes
+        (before anything of it changes: its cost depends on how the queue held it)."""
         message = delivery.message
-        self.queued_bytes -= delivery_cost(message)
-        self.stats.queued_bytes -= release(message)
+        cost = queued_cost(delivery)
+        self.queued_bytes -= cost + message.size
+        self.stats.queued_bytes -= release(message, cost)
 
     def clear_queue(self) -> None:
         """Forget every queued delivery, releasing its bytes."""
@@ -312,11 +308,11 @@ class Session:
             self.unqueued(delivery)
         queue.clear()
 
-    def queue_for_append(self) -> deque[Delivery]:
+    def queue_for_append(self) -> DeliveryQueue:
         """The session's own queue (allocated now if it still shares the empty one)."""
         queue = self.queue
         if queue is NOTHING_QUEUED:
-            queue = self.queue = deque()
+            queue = self.queue = DeliveryQueue()
         return queue
 
     def inbound_for_update(self) -> set[int]:
@@ -375,13 +371,14 @@ class Session:
         """Move queued deliveries into the in-flight window while there is room."""
         conn = self.connection
         queue = self.queue
-        if conn is None or not queue:
+        if conn is None or not queue.words:
             return
         window = conn.send_window
         inflight = self.inflight
         stats = self.stats
         link = conn.link
-        while queue and len(inflight) < window and not link.congested:
+        words = queue.words
+        while words and len(inflight) < window and not link.congested:
             delivery = queue.popleft()
             self.unqueued(delivery)
             if delivery.message.expired(now):
@@ -397,7 +394,7 @@ class Session:
                 self.store.acknowledged(self, delivery)
             if delivery.on_done is not None:
                 delivery.on_done()
-            if self.queue:
+            if self.queue.words:
                 self.pump(now)
         return delivery
 
@@ -459,14 +456,16 @@ class Session:
         ]
         for delivery in taken:
             del self.inflight[delivery.packet_id]
-        if any(d.share is not None for d in self.queue):
-            kept: deque[Delivery] = deque()
-            for delivery in self.queue:
+        queue = self.queue
+        if any(d.share is not None for d in queue.held()):
+            kept = DeliveryQueue()
+            for delivery in queue:
                 if delivery.share is not None and movable(delivery.share):
                     taken.append(delivery)
                     self.unqueued(delivery)
                 else:
                     kept.append(delivery)
+            queue.clear()
             self.queue = kept
         for delivery in taken:  # the caller re-dispatches them: it answers for them now
             if delivery.on_done is not None:

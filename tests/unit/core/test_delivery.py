@@ -12,7 +12,7 @@ from xmq.codec.packets import (
 )
 from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
-from xmq.core.memory_cost import DELIVERY_COST, MESSAGE_COST
+from xmq.core.memory_cost import MESSAGE_COST, WORDS_DELIVERY_COST
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
@@ -51,8 +51,8 @@ async def test_queue_bounds_count_bytes_and_budget() -> None:
     delivered = [broker.publish(_message("t")) for _ in range(6)]
     assert delivered == [1, 1, 1, 1, 0, 0]  # one in flight, three queued, two dropped
     assert broker.stats.messages_dropped == 2
-    # a queued message costs its Delivery, its Message and twice its size (memory_cost)
-    cost = DELIVERY_COST + MESSAGE_COST + 2 * 101
+    # a queued message costs its queue entry, its Message and twice its size (memory_cost)
+    cost = WORDS_DELIVERY_COST + MESSAGE_COST + 2 * 101
     budget = _broker(max_inflight=1, budget_bytes=2 * cost + 100, max_session_bytes=100_000)
     conn2, _ = await connect_client(budget, "d")
     conn2.handle(Subscribe(1, [SubscriptionRequest("t", 1)]))

@@ -6,13 +6,20 @@ import gc
 import sys
 import tracemalloc
 
+import pytest
+
 from xmq.codec.packets import MQTT_5, Publish
 from xmq.codec.plain_publish import plain_publish
 from xmq.codec.writer import encode
 from xmq.core.broker import Broker
-from xmq.core.memory_cost import DELIVERY_COST, MESSAGE_COST, RETAINED_COST
+from xmq.core.memory_cost import (
+    DELIVERY_COST,
+    MESSAGE_COST,
+    RETAINED_COST,
+    WORDS_DELIVERY_COST,
+)
 from xmq.core.message import Message
-from xmq.core.session import QueueLimits, Session
+from xmq.core.session import QueueLimits, Session, Subscription
 from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
 
@@ -71,8 +78,9 @@ def test_one_message_per_delivery_stays_within_its_charge() -> None:
 
 def test_fan_out_charges_each_delivery_and_the_message_once() -> None:
     stats = BrokerStats()
-    sessions = _offline_sessions(_COUNT, stats)
+    first, *sessions = _offline_sessions(_COUNT + 1, stats)
     message = _routed(0)
+    first.deliver(message, 1, False)  # queued already: the rest is what each delivery adds
 
     def build() -> object:
         for session in sessions:
@@ -81,8 +89,60 @@ def test_fan_out_charges_each_delivery_and_the_message_once() -> None:
 
     used = _measure(build)
     assert all(len(session.queue) == 1 for session in sessions)
+    # a queue's only entry takes the array's smallest allocation, 32 bytes: 8 of them are the
+    # session's (its queue's fixed part); beyond that only the message's count of queued
+    # words changed (a few hundred bytes, once)
+    assert used <= _COUNT * (WORDS_DELIVERY_COST + 8) + 512, used
+    deliveries = _COUNT + 1
+    assert stats.queued_bytes == deliveries * WORDS_DELIVERY_COST + MESSAGE_COST + 2 * message.size
+    assert 1.5 * used / _COUNT >= WORDS_DELIVERY_COST
+
+
+@pytest.mark.parametrize("length", [3, 5, 9, 40, 700, _COUNT])
+def test_queues_partly_sent_stay_within_their_charge(length: int) -> None:
+    """``length`` messages to each of several sessions, then almost a quarter of each queue
+    sent: the words not yet dropped from the front still fit in the charge of the live
+    deliveries, but for a fixed part per queue (its session's cost)."""
+    stats = BrokerStats()
+    first, *sessions = _offline_sessions(1 + max(4, 4 * _COUNT // length), stats)
+    messages = [_routed(n) for n in range(length)]
+    for message in messages:  # queued already (their share of the table is MESSAGE_COST's)
+        first.deliver(message, 1, False)
+    sent = max(0, length // 4 - 1)
+
+    def build() -> object:
+        for message in messages:
+            for session in sessions:
+                session.deliver(message, 1, False)
+        for session in sessions:
+            for _ in range(sent):
+                session.unqueued(session.queue.popleft())
+        return sessions
+
+    used = _measure(build)
+    live = sum(len(session.queue) for session in sessions)
+    assert live == len(sessions) * (length - sent)
+    fixed = 8 + 128  # the smallest allocation's rest, fewer than 8 sent entries' words
+    assert used <= live * WORDS_DELIVERY_COST + len(sessions) * fixed + 512, used / live
+    assert 2 * used / live >= WORDS_DELIVERY_COST
+
+
+def test_a_delivery_held_as_itself_stays_within_its_charge() -> None:
+    """A shared-group delivery is queued as a ``Delivery`` object, at ``DELIVERY_COST``."""
+    stats = BrokerStats()
+    [session] = _offline_sessions(1, stats)
+    share = Subscription(session, "t/#", 1, share_group="g")
+    messages = [_routed(n) for n in range(_COUNT)]
+
+    def build() -> object:
+        for message in messages:
+            session.deliver(message, 1, False, (), share)
+        return session
+
+    used = _measure(build)
+    assert len(session.queue) == _COUNT
+    assert session.queued_bytes == sum(DELIVERY_COST + m.size for m in messages)
     assert used / _COUNT <= DELIVERY_COST
-    assert stats.queued_bytes == _COUNT * DELIVERY_COST + MESSAGE_COST + 2 * message.size
     assert 1.5 * used / _COUNT >= DELIVERY_COST
 
 
@@ -97,7 +157,7 @@ def test_releasing_every_queued_delivery_returns_the_budget_to_zero() -> None:
     sessions[0].clear_queue()
     sessions[1].discard_queue()
     # what is left: session 2's two deliveries and the two messages they hold
-    left = 2 * DELIVERY_COST + 2 * MESSAGE_COST + 2 * (shared.size + _routed(2).size)
+    left = 2 * WORDS_DELIVERY_COST + 2 * MESSAGE_COST + 2 * (shared.size + _routed(2).size)
     assert stats.queued_bytes == left
     sessions[2].clear_queue()
     assert stats.queued_bytes == 0

@@ -6,7 +6,7 @@ from tests.support.sink_link import connect_client
 from xmq.auth.acl import AclRule, Action, Permission, RuleAcl
 from xmq.codec.packets import Publish, Subscribe, SubscriptionRequest
 from xmq.core.broker import Broker
-from xmq.core.memory_cost import DELIVERY_COST, MESSAGE_COST, delivery_cost
+from xmq.core.memory_cost import MESSAGE_COST, WORDS_DELIVERY_COST
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits
 from xmq.core.session_access import recheck_resumed
@@ -36,8 +36,8 @@ async def test_revoked_subscriptions_and_unreadable_messages_are_dropped() -> No
     # the dropped deliveries' bytes are released: only b/2 is still charged, to the session
     # and to the broker's budget
     (left,) = session.queue
-    assert session.queued_bytes == delivery_cost(left.message) < queued_bytes
-    assert broker.stats.queued_bytes == DELIVERY_COST + MESSAGE_COST + 2 * left.message.size
+    assert session.queued_bytes == WORDS_DELIVERY_COST + left.message.size < queued_bytes
+    assert broker.stats.queued_bytes == WORDS_DELIVERY_COST + MESSAGE_COST + 2 * left.message.size
     assert broker.stats.dropped_by_reason == {"acl_revoked": 2}
     assert broker.stats.subscriptions_revoked == 1
     assert broker.publish(Message("a/4", b"x", 1, False, None, "p", 0)) == 0
