@@ -58,9 +58,30 @@ BACKOFF_FIRST_S = 0.02
 BACKOFF_MAX_S = 1.0
 
 
-Combine = Callable[[Any, list[Any], bool], tuple[str, tuple[Any, ...], tuple[Any, ...]]]
-"""``combine(group, items, once)``: the script call (text, keys, args) carrying ``items``;
-``once``: the form to send again after a lost connection (it may have been applied)."""
+ScriptCall = tuple[str, tuple[Any, ...], bytes]
+"""A script call ready to send: its text (for ``EVAL`` after a ``NOSCRIPT`` reply), its
+``EVALSHA`` command's arguments and their RESP encoding (see :func:`script_call`)."""
+
+Combine = Callable[[Any, list[Any], bool], ScriptCall]
+"""``combine(group, items, once)``: the script call carrying ``items``; ``once``: the form to
+send again after a lost connection (it may have been applied)."""
+
+_SHAS: dict[str, str] = {}
+
+
+def script_sha(text: str) -> str:
+    """The script's id in Redis (``EVALSHA``)."""
+    sha = _SHAS.get(text)
+    if sha is None:
+        sha = _SHAS[text] = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis's id
+    return sha
+
+
+def script_call(text: str, keys: tuple[Any, ...], args: tuple[Any, ...]) -> ScriptCall:
+    """The ``EVALSHA`` call of a script, encoded."""
+    command = ("EVALSHA", script_sha(text), len(keys), *keys, *args)
+    return text, command, encode_command(command)
+
 
 _Item = tuple[Combine, Any, Any, tuple[str, ...], Callback]
 """A write queued to be coalesced with its neighbours into one script call: (``combine``,
@@ -89,13 +110,14 @@ class _Entry:
         guard: Guard | None,
         script: str | None,
         items: list[_Item] | None = None,
+        payload: bytes = b"",
     ) -> None:
         self.args = args
         self.callback = callback
         self.retry = retry
         self.guard = guard
         self.script = script  # the full text, for EVAL after a NOSCRIPT reply
-        self.payload = encode_command(args)
+        self.payload = payload or encode_command(args)
         self.failing_since = 0.0  # loop time of the first failure (0: none yet)
         self.if_lost: tuple[Any, ...] | None = None  # sent instead after a lost connection
         self.items = items  # a coalesced call: its items, each answered with its element
@@ -155,7 +177,6 @@ class RedisBatcher:
         self._closed = False
         self._idle = asyncio.Event()
         self._idle.set()
-        self._shas: dict[str, str] = {}
         self.pipelines = 0
         self.commands = 0
         self.failures = 0
@@ -203,7 +224,7 @@ class RedisBatcher:
 
         ``args_if_lost``: the arguments to send instead when the call is cut off by a lost
         connection (it may have been applied: e.g. a record push made push-if-absent)."""
-        sha = self._sha(text)
+        sha = script_sha(text)
         entry = _Entry(("EVALSHA", sha, len(keys), *keys, *args), callback, retry, guard, text)
         if args_if_lost is not None:
             entry.if_lost = ("EVALSHA", sha, len(keys), *keys, *args_if_lost)
@@ -369,26 +390,16 @@ class RedisBatcher:
     ) -> None:
         """One script call for a run of coalesced items, an entry retried like any other."""
         first = run[0]
-        text, keys, args = first[0](first[1], [item[2] for item in run], False)
-        entry = _Entry(
-            ("EVALSHA", self._sha(text), len(keys), *keys, *args), None, True, None, text, run
-        )
-        parts[at] = entry.payload
+        text, args, payload = first[0](first[1], [item[2] for item in run], False)
+        entry = _Entry(args, None, True, None, text, run, payload)
+        parts[at] = payload
         callbacks[at] = self._reply_for(entry)
 
     @staticmethod
-    def _lost_form(entry: _Entry, items: list[_Item]) -> tuple[Any, ...]:
+    def _lost_form(items: list[_Item]) -> tuple[Any, ...]:
         """A coalesced call's form to send again after a lost connection."""
         first = items[0]
-        _, keys, args = first[0](first[1], [item[2] for item in items], True)
-        return ("EVALSHA", entry.args[1], len(keys), *keys, *args)
-
-    def _sha(self, text: str) -> str:
-        sha = self._shas.get(text)
-        if sha is None:
-            sha = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis's script id
-            self._shas[text] = sha
-        return sha
+        return first[0](first[1], [item[2] for item in items], True)[1]
 
     def _timed(self, last: Callback) -> Callback:
         """The pipeline's last reply also measures its round trip."""
@@ -510,7 +521,7 @@ class RedisBatcher:
             assert entry.script is not None
             entry.rewrite(("EVAL", entry.script, *entry.args[2:]))
         elif kind == "connection_lost" and entry.items is not None and entry.if_lost is None:
-            entry.if_lost = self._lost_form(entry, entry.items)
+            entry.if_lost = self._lost_form(entry.items)
         if kind == "connection_lost" and entry.if_lost is not None:
             if entry.args[0] == "EVAL":  # (sent as EVAL after a NOSCRIPT already)
                 entry.rewrite(("EVAL", entry.script, *entry.if_lost[2:]))

@@ -46,13 +46,13 @@ from xmq.contract.message_record import encode_record
 from xmq.contract.session_scripts import (
     FORWARDED_SEEN_TTL_MS,
     AppendOutcome,
-    FencedWrites,
     append_if_owner,
 )
 from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, SubscriptionSpec
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
+from xmq.store.fenced_calls import FencedCalls
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.session_directory import subscription_json
 
@@ -119,7 +119,7 @@ class RedisSessionStore:
         self.seen_ttl_ms = seen_ttl_ms
         self._recent: set[tuple[str, str]] = set()
         self._recent_order: deque[tuple[str, str]] = deque()
-        self._fenced = FencedWrites(keys, (identity.node_id, identity.epoch), seen_ttl_ms)
+        self._fenced = FencedCalls(keys, (identity.node_id, identity.epoch), seen_ttl_ms)
 
     # -- records ----------------------------------------------------------------------------
 
@@ -211,15 +211,15 @@ class RedisSessionStore:
             item, written = ("r", queue, raw, seen), (queue, seen)
         else:
             item, written = ("r", queue, raw, ""), (queue,)
-        self.batcher.coalesced(FencedWrites.build, self._writes(), item, written, callback)
+        self.batcher.coalesced(FencedCalls.combine, self._calls(), item, written, callback)
 
-    def _writes(self) -> FencedWrites:
-        """The builder of this run's ``FENCED_WRITES`` calls (the batcher coalesces the writes
-        of one builder: of one run)."""
+    def _calls(self) -> FencedCalls:
+        """This run's ``FENCED_WRITES`` calls (the batcher coalesces the writes of one
+        ``FencedCalls``: of one run)."""
         fenced = self._fenced
         identity = self.identity
         if fenced.epoch != identity.epoch or fenced.node_id != identity.node_id:
-            fenced = self._fenced = FencedWrites(
+            fenced = self._fenced = FencedCalls(
                 self.keys, (identity.node_id, identity.epoch), self.seen_ttl_ms
             )
         return fenced
@@ -293,8 +293,8 @@ class RedisSessionStore:
             callback = _settle(hold)
         if added:  # fenced: a stale run's id would make the re-sent PUBLISH look handled
             self.batcher.coalesced(
-                FencedWrites.build,
-                self._writes(),
+                FencedCalls.combine,
+                self._calls(),
                 ("i", key, str(packet_id), ""),
                 (key,),
                 callback or _ignore,
