@@ -550,13 +550,6 @@ class FencedWrites:
         names = [self._lease]
         args = list(self._head)
         push = "R" if once else "r"
-        if len(writes) == 1:  # (most batches: no key to share)
-            op, key, value, seen = writes[0]
-            names.append(key)
-            if seen:
-                names.append(seen)
-            args += (push if op == "r" else op, 2, value, 3 if seen else 0)
-            return FENCED_WRITES, tuple(names), tuple(args)
         index: dict[str, int] = {}
         for op, key, value, seen in writes:
             at = index.get(key)

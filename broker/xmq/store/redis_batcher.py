@@ -206,9 +206,11 @@ class RedisBatcher:
         callback: Callback | None = None,
         retry: bool = True,
         guard: Guard | None = None,
+        payload: bytes = b"",
     ) -> None:
-        """Queue one command; ``callback`` gets its reply (or the exception when not retried)."""
-        self._add(_Entry(args, callback, retry, guard, None))
+        """Queue one command; ``callback`` gets its reply (or the exception when not retried).
+        ``payload``: the command already encoded (``encode_command(args)``), if it was."""
+        self._add(_Entry(args, callback, retry, guard, None, None, payload))
 
     def script(
         self,

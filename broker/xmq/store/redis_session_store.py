@@ -54,6 +54,7 @@ from xmq.core.session import Delivery, Session, Subscription
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
 from xmq.store.fenced_calls import FencedCalls
 from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.resp_connection import encode_lrem_one
 from xmq.store.session_directory import subscription_json
 
 if TYPE_CHECKING:
@@ -279,7 +280,8 @@ class RedisSessionStore:
         if raw is None:
             return
         client_id = session.client_id
-        self.batcher.command("LREM", self.keys.session_queue(client_id), 1, raw)
+        queue = self.keys.session_queue(client_id)
+        self.batcher.command("LREM", queue, 1, raw, payload=encode_lrem_one(queue, raw))
         if delivery.qos == 2:
             self.batcher.command("HDEL", self.keys.session_inflight(client_id), record_id_of(raw))
 

@@ -1,5 +1,6 @@
-"""The durable record path's own cost: a one-write ``FENCED_WRITES`` call is encoded from a
-template (it must be byte for byte the generic encoding of the contract's layout), a record
+"""The durable record path's own cost: a one-write ``FENCED_WRITES`` call and an
+acknowledgement's ``LREM`` are encoded from templates (each must be byte for byte the generic
+encoding of the command, the call that of the contract's layout), a record
 leaves no reference cycle behind (the collector has nothing to find), and a run that gets a
 new epoch writes under it (the template is made again), on a real Redis."""
 
@@ -23,6 +24,7 @@ from xmq.core.stats import BrokerStats
 from xmq.store.fenced_calls import FencedCalls
 from xmq.store.redis_batcher import RedisBatcher, script_call
 from xmq.store.redis_session_store import RedisSessionStore
+from xmq.store.resp_connection import encode_command, encode_lrem_one
 
 KEYS = ClusterKeys("t-calls")
 NODE = ("a-0", 3)
@@ -48,6 +50,11 @@ def test_a_call_is_the_generic_encoding_of_the_contract_s_layout(
     text, command, payload = FencedCalls(KEYS, NODE, 60_000).combine(writes, once)
     want = script_call(*fenced_writes(KEYS, NODE, writes, 60_000, once))
     assert (text, command, payload) == want
+
+
+@pytest.mark.parametrize("record", [b"", b"r\r\n$1\r\n", bytes(range(256)) * 300])
+def test_an_acknowledgement_s_lrem_is_its_generic_encoding(record: bytes) -> None:
+    assert encode_lrem_one(QUEUE, record) == encode_command(("LREM", QUEUE, 1, record))
 
 
 def _store(batcher: RedisBatcher, identity: NodeIdentity) -> tuple[RedisSessionStore, Session]:
