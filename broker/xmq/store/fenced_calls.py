@@ -1,12 +1,13 @@
 """The ``FENCED_WRITES`` calls of one run, encoded for the batcher (``RedisBatcher.coalesced``).
 
 The script's argument layout is :class:`xmq.contract.session_scripts.FencedWrites`'s; this
-module encodes it cheaply (a test holds each call to the layout's generic encoding). At 50 messages/s a batch carries one write, and encoding its
-eleven arguments with ``hiredis.pack_command`` costs ~18,000 instructions (a ``sprintf`` per
-argument), more than the rest of the record's path in the store: a one-write call is instead
-one ``bytes`` format into a template whose constant parts (the script's sha, the lease key,
-the epoch and the seen-marker TTL) were encoded once, when the run's epoch became known. A
-batch of several writes is encoded argument by argument.
+module encodes it cheaply (a test holds each call to the layout's generic encoding). At 50
+messages/s a batch carries one write, and encoding its eleven arguments with
+``hiredis.pack_command`` costs ~18,000 instructions (a ``sprintf`` per argument), more than
+the rest of the record's path in the store: a one-write call is instead one ``bytes`` format
+into a template whose constant parts (the script's sha, the lease key, the epoch and the
+seen-marker TTL) were encoded once, when the run's epoch became known. A batch of several
+writes is encoded argument by argument.
 """
 
 from __future__ import annotations

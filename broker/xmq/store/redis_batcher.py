@@ -135,6 +135,17 @@ def _ignore(reply: Any) -> None:
     """A placeholder, replaced before the pipeline is sent."""
 
 
+def _answer(entry: _Entry, reply: Any) -> None:
+    """Its reply to whoever waits for the entry (each item of a coalesced call its part)."""
+    if entry.items is not None:
+        _hand_out(entry.items, reply)
+    elif entry.callback is not None:
+        try:
+            entry.callback(reply)
+        except Exception:
+            log.exception("redis reply callback failed")
+
+
 def _hand_out(items: list[_Item], reply: Any) -> None:
     """The reply of a coalesced call, handed out per item (an error to each of them)."""
     many = type(reply) is list and len(reply) == len(items)
@@ -453,34 +464,40 @@ class RedisBatcher:
     def _reply_for(self, entry: _Entry) -> Callback:
         def reply(value: Any) -> None:
             self._inflight -= 1
-            if isinstance(value, RedisConnectionLost | RedisReplyError) and is_transient(value):
-                self._transient(entry, value)
+            if isinstance(value, Exception):
+                self._error_reply(entry, value)
             else:
-                if self._backoff_s != BACKOFF_FIRST_S and not isinstance(value, Exception):
+                if self._backoff_s != BACKOFF_FIRST_S:
                     self._backoff_s = BACKOFF_FIRST_S  # Redis answers again
                 if entry.failing_since:
                     self.stats.recovered += 1
-                if isinstance(value, RedisReplyError):
-                    kind = error_kind(value)
-                    self.stats.error(kind)
-                    self.stats.given_up += 1
-                    if kind == "fenced":  # this run lost its lease: counted, said once
-                        self._log_fenced(value)
-                    else:
-                        log.error("redis %s failed: %r", entry.args[0], value)
-                    value = RedisWriteFailed(f"{entry.args[0]}: {value}")
-                if entry.items is not None:
-                    _hand_out(entry.items, value)
-                elif entry.callback is not None:
-                    try:
-                        entry.callback(value)
-                    except Exception:
-                        log.exception("redis reply callback failed")
-            if not self._inflight and self._pending and not self._armed:
-                self._arm()  # the batch is answered: what queued meanwhile goes now
-            self._check_idle()
+                _answer(entry, value)
+            if not self._inflight:
+                if self._pending:
+                    if not self._armed:
+                        self._arm()  # the batch is answered: what queued meanwhile goes now
+                elif not self._retrying:
+                    self._idle.set()
 
         return reply
+
+    def _error_reply(self, entry: _Entry, error: Exception) -> None:
+        """An error reply or a lost connection: sent again when it may pass, else given up."""
+        if isinstance(error, RedisConnectionLost | RedisReplyError) and is_transient(error):
+            self._transient(entry, error)
+            return
+        if entry.failing_since:
+            self.stats.recovered += 1
+        if isinstance(error, RedisReplyError):
+            kind = error_kind(error)
+            self.stats.error(kind)
+            self.stats.given_up += 1
+            if kind == "fenced":  # this run lost its lease: counted, said once
+                self._log_fenced(error)
+            else:
+                log.error("redis %s failed: %r", entry.args[0], error)
+            error = RedisWriteFailed(f"{entry.args[0]}: {error}")
+        _answer(entry, error)
 
     def _log_fenced(self, error: RedisReplyError) -> None:
         """One warning per second at most for writes refused because this run lost its lease
@@ -514,10 +531,7 @@ class RedisBatcher:
                     error,
                 )
                 error = RedisWriteFailed(f"{entry.args[0]}: {kind} for {self.retry_for_s}s")
-            if entry.items is not None:
-                _hand_out(entry.items, error)
-            elif entry.callback is not None:
-                entry.callback(error)
+            _answer(entry, error)
             return
         if kind == "noscript":
             assert entry.script is not None
