@@ -14,20 +14,23 @@ import redis
 
 from tests.support.node_leases import write_lease
 from tests.support.redis_server import RedisServer
-from tests.unit.store.test_fenced_records import Hold, server, sync  # noqa: F401 - fixtures
-from xmq.contract import ClusterKeys
+from tests.unit.store.test_fenced_records import (  # noqa: F401 - fixtures
+    KEYS,
+    NODE,
+    Hold,
+    server,
+    started_store,
+    sync,
+)
 from xmq.contract.session_scripts import FencedWrite, fenced_writes
 from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
-from xmq.core.session import QueueLimits, Session
-from xmq.core.stats import BrokerStats
+from xmq.core.session import Session
 from xmq.store.fenced_calls import FencedCalls
-from xmq.store.redis_batcher import RedisBatcher, script_call
+from xmq.store.redis_batcher import script_call
 from xmq.store.redis_session_store import RedisSessionStore
 from xmq.store.resp_connection import encode_command, encode_lrem_one
 
-KEYS = ClusterKeys("t-calls")
-NODE = ("a-0", 3)
 QUEUE = KEYS.session_queue("c1")
 
 
@@ -57,13 +60,6 @@ def test_an_acknowledgement_s_lrem_is_its_generic_encoding(record: bytes) -> Non
     assert encode_lrem_one(QUEUE, record) == encode_command(("LREM", QUEUE, 1, record))
 
 
-def _store(batcher: RedisBatcher, identity: NodeIdentity) -> tuple[RedisSessionStore, Session]:
-    store = RedisSessionStore(batcher, KEYS, identity, {}, lambda: 0.0)
-    session = Session("c1", QueueLimits(1000, 1 << 20, 1 << 24, 10), BrokerStats())
-    session.store = store
-    return store, session
-
-
 async def _record_one_per_flush(store: RedisSessionStore, session: Session, count: int) -> Hold:
     """``count`` QoS 1 records, each written before the next is made (one call per flush, as
     at a low message rate)."""
@@ -81,9 +77,7 @@ async def test_a_written_record_leaves_no_garbage_cycle(
     sync: redis.Redis,  # noqa: F811 - the fixture
 ) -> None:
     write_lease(sync, KEYS, *NODE)
-    batcher = RedisBatcher(server.url)
-    await batcher.start()
-    store, session = _store(batcher, NodeIdentity(*NODE, online=True))
+    batcher, store, session = await started_store(server, NodeIdentity(*NODE, online=True))
     await _record_one_per_flush(store, session, 3)  # warm: every lazy structure made
     gc.collect()
     gc.disable()
@@ -104,10 +98,8 @@ async def test_a_run_with_a_new_epoch_writes_under_it(
     sync: redis.Redis,  # noqa: F811 - the fixture
 ) -> None:
     write_lease(sync, KEYS, *NODE)
-    batcher = RedisBatcher(server.url)
-    await batcher.start()
     identity = NodeIdentity(*NODE, online=True)
-    store, session = _store(batcher, identity)
+    batcher, store, session = await started_store(server, identity)
     try:
         first = await _record_one_per_flush(store, session, 2)
         write_lease(sync, KEYS, NODE[0], NODE[1] + 1)  # the node is back under a new epoch
