@@ -188,6 +188,7 @@ class RedisBatcher:
         self._closed = False
         self._idle = asyncio.Event()
         self._idle.set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it flushes in
         self.pipelines = 0
         self.commands = 0
         self.failures = 0
@@ -287,7 +288,10 @@ class RedisBatcher:
 
     def _arm(self) -> None:
         self._armed = True
-        asyncio.get_running_loop().call_soon(self._flush)
+        loop = self._loop
+        if loop is None:  # (get_running_loop() makes a getpid system call in Python 3.11)
+            loop = self._loop = asyncio.get_running_loop()  # a batcher serves one loop
+        loop.call_soon(self._flush)
 
     @property
     def idle(self) -> bool:
@@ -416,7 +420,7 @@ class RedisBatcher:
 
     def _timed(self, last: Callback) -> Callback:
         """The pipeline's last reply also measures its round trip."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()  # (set: _flush runs after an _arm)
         sent_at = loop.time()
 
         def reply(value: Any) -> None:
