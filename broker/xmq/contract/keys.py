@@ -12,7 +12,7 @@ topic containing ``:`` can never make two different keys collide.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 CONTRACT_VERSION = "v1"
 """Version segment of every key; bumped on an incompatible change of the contract."""
@@ -68,14 +68,13 @@ class ClusterKeys:
     """
 
     cluster: str
+    prefix: str = field(init=False, repr=False, compare=False)
+    """``xmq:v1:{<cluster>}:``, the start of every key of the cluster (made once: every key
+    of a durable record's write and acknowledgement starts with it)."""
 
     def __post_init__(self) -> None:
         validate_cluster_name(self.cluster)
-
-    @property
-    def prefix(self) -> str:
-        """``xmq:v1:{<cluster>}:``, the start of every key of the cluster."""
-        return f"xmq:{CONTRACT_VERSION}:{{{self.cluster}}}:"
+        object.__setattr__(self, "prefix", f"xmq:{CONTRACT_VERSION}:{{{self.cluster}}}:")
 
     # -- membership ------------------------------------------------------------------------
 

@@ -528,27 +528,49 @@ def fenced_inbound_id(
     )
 
 
+class FencedWrites:
+    """Builds the :data:`FENCED_WRITES` calls of one writing run (node id, epoch): the lease key
+    and the constant arguments are made once, a call costs one pass over its writes. Numbers go
+    as ``int`` (the script reads them with ``tonumber``)."""
+
+    __slots__ = ("epoch", "node_id", "_head", "_lease")
+
+    def __init__(
+        self, keys: ClusterKeys, writer: tuple[str, int], seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS
+    ) -> None:
+        self.node_id, self.epoch = writer
+        self._lease = keys.lease(writer[0])
+        self._head: tuple[str | bytes | int, ...] = (writer[1], seen_ttl_ms)
+
+    def build(
+        self, writes: list[FencedWrite], once: bool = False
+    ) -> tuple[str, tuple[str, ...], tuple[str | bytes | int, ...]]:
+        """Script, keys and arguments of one call (``once``: records pushed only when not
+        there, for a call cut off by a lost connection)."""
+        names = [self._lease]
+        args = list(self._head)
+        push = "R" if once else "r"
+        index: dict[str, int] = {}
+        for op, key, value, seen in writes:
+            at = index.get(key)
+            if at is None:
+                names.append(key)
+                at = index[key] = len(names)
+            marker = 0
+            if seen:
+                names.append(seen)
+                marker = len(names)
+            args += (push if op == "r" else op, at, value, marker)
+        return FENCED_WRITES, tuple(names), tuple(args)
+
+
 def fenced_writes(
     keys: ClusterKeys,
     writer: tuple[str, int],
     writes: list[FencedWrite],
     seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
     once: bool = False,
-) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
+) -> tuple[str, tuple[str, ...], tuple[str | bytes | int, ...]]:
     """Script, keys and arguments of :data:`FENCED_WRITES` (``once``: records pushed only when
     not there, for a call cut off by a lost connection)."""
-    names = [keys.lease(writer[0])]
-    index: dict[str, str] = {}
-    args: list[str | bytes] = [str(writer[1]), str(seen_ttl_ms)]
-    push = "R" if once else "r"
-    for op, key, value, seen in writes:
-        at = index.get(key)
-        if at is None:
-            names.append(key)
-            at = index[key] = str(len(names))
-        marker = "0"
-        if seen:
-            names.append(seen)
-            marker = str(len(names))
-        args += (push if op == "r" else op, at, value, marker)
-    return FENCED_WRITES, tuple(names), tuple(args)
+    return FencedWrites(keys, writer, seen_ttl_ms).build(writes, once)

@@ -58,6 +58,37 @@ BACKOFF_FIRST_S = 0.02
 BACKOFF_MAX_S = 1.0
 
 
+ScriptCall = tuple[str, tuple[Any, ...], bytes]
+"""A script call ready to send: its text (for ``EVAL`` after a ``NOSCRIPT`` reply), its
+``EVALSHA`` command's arguments and their RESP encoding (see :func:`script_call`)."""
+
+Combine = Callable[[Any, list[Any], bool], ScriptCall]
+"""``combine(group, items, once)``: the script call carrying ``items``; ``once``: the form to
+send again after a lost connection (it may have been applied)."""
+
+_SHAS: dict[str, str] = {}
+
+
+def script_sha(text: str) -> str:
+    """The script's id in Redis (``EVALSHA``)."""
+    sha = _SHAS.get(text)
+    if sha is None:
+        sha = _SHAS[text] = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis's id
+    return sha
+
+
+def script_call(text: str, keys: tuple[Any, ...], args: tuple[Any, ...]) -> ScriptCall:
+    """The ``EVALSHA`` call of a script, encoded."""
+    command = ("EVALSHA", script_sha(text), len(keys), *keys, *args)
+    return text, command, encode_command(command)
+
+
+_Item = tuple[Combine, Any, Any, tuple[str, ...], Callback]
+"""A write queued to be coalesced with its neighbours into one script call: (``combine``,
+``group``, the item, the keys it writes, its callback). A plain tuple: one per durable record,
+made without a Python call. (An item is a durable write: kept, never failed fast.)"""
+
+
 class _Entry:
     __slots__ = (
         "args",
@@ -65,7 +96,7 @@ class _Entry:
         "failing_since",
         "guard",
         "if_lost",
-        "lost_form",
+        "items",
         "payload",
         "retry",
         "script",
@@ -78,97 +109,51 @@ class _Entry:
         retry: bool,
         guard: Guard | None,
         script: str | None,
+        items: list[_Item] | None = None,
+        payload: bytes = b"",
     ) -> None:
         self.args = args
         self.callback = callback
         self.retry = retry
         self.guard = guard
         self.script = script  # the full text, for EVAL after a NOSCRIPT reply
-        self.payload = encode_command(args)
+        self.payload = payload or encode_command(args)
         self.failing_since = 0.0  # loop time of the first failure (0: none yet)
         self.if_lost: tuple[Any, ...] | None = None  # sent instead after a lost connection
-        self.lost_form: Callable[[], tuple[Any, ...]] | None = None  # if_lost, made when needed
+        self.items = items  # a coalesced call: its items, each answered with its element
 
     def rewrite(self, args: tuple[Any, ...]) -> None:
         self.args = args
         self.payload = encode_command(args)
 
 
-Combine = Callable[[Any, list[Any], bool], tuple[str, tuple[Any, ...], tuple[Any, ...]]]
-"""``combine(group, items, once)``: the script call (text, keys, args) carrying ``items``;
-``once``: the form to send again after a lost connection (it may have been applied)."""
-
 MAX_COALESCED = 512
 """Items of one coalesced script call at most (bounds the time Redis spends in one script)."""
-
-
-class _Item:
-    """One write queued to be coalesced with its neighbours into one script call."""
-
-    __slots__ = ("callback", "combine", "group", "item", "keys")
-
-    def __init__(
-        self, combine: Combine, group: Any, item: Any, keys: tuple[str, ...], callback: Callback
-    ) -> None:
-        self.combine = combine
-        self.group = group
-        self.item = item
-        self.keys = keys  # the keys it writes (see _Run)
-        self.callback = callback
-
-    # (an item is a durable write: kept, never failed fast)
-    retry = True
-    guard = None
-
-
-class _Run:
-    """The coalesced items of one flush that go in one call, at the place of the first.
-
-    Items join it across the plain commands queued between them unless such a command names
-    a key an item of the run writes (an ``LREM`` of a record in the run, an ``SREM`` of an
-    inbound id in it): then the call goes before that command, and later items start a new
-    run. So every key sees its writes in the order they were queued."""
-
-    __slots__ = ("at", "items", "keys")
-
-    def __init__(self, first: _Item, at: int) -> None:
-        self.items = [first]
-        self.keys = set(first.keys)
-        self.at = at
-
-    def takes(self, item: _Item) -> bool:
-        first = self.items[0]
-        return (
-            item.combine is first.combine
-            and item.group == first.group
-            and len(self.items) < MAX_COALESCED
-        )
-
-    def add(self, item: _Item) -> None:
-        self.items.append(item)
-        self.keys.update(item.keys)
-
-    def touched_by(self, entry: _Entry) -> bool:
-        """Whether the command names a key of the run (any argument: keys are arguments)."""
-        return not self.keys.isdisjoint(entry.args)
 
 
 def _ignore(reply: Any) -> None:
     """A placeholder, replaced before the pipeline is sent."""
 
 
-def _split(callbacks: list[Callback]) -> Callback:
+def _answer(entry: _Entry, reply: Any) -> None:
+    """Its reply to whoever waits for the entry (each item of a coalesced call its part)."""
+    if entry.items is not None:
+        _hand_out(entry.items, reply)
+    elif entry.callback is not None:
+        try:
+            entry.callback(reply)
+        except Exception:
+            log.exception("redis reply callback failed")
+
+
+def _hand_out(items: list[_Item], reply: Any) -> None:
     """The reply of a coalesced call, handed out per item (an error to each of them)."""
-
-    def split(reply: Any) -> None:
-        many = isinstance(reply, list) and len(reply) == len(callbacks)
-        for n, callback in enumerate(callbacks):
-            try:
-                callback(reply[n] if many else reply)
-            except Exception:
-                log.exception("redis reply callback failed")
-
-    return split
+    many = type(reply) is list and len(reply) == len(items)
+    for n, item in enumerate(items):
+        try:
+            item[4](reply[n] if many else reply)
+        except Exception:
+            log.exception("redis reply callback failed")
 
 
 class RedisBatcher:
@@ -194,7 +179,7 @@ class RedisBatcher:
         self._conn: RespConnection | None = None
         self._address = ""  # host:port of the last connection
         self._connecting: asyncio.Task[None] | None = None
-        self._pending: list[_Entry | _Item] = []
+        self._pending: list[_Entry | _Item] = []  # commands, and writes to coalesce
         self._retrying: list[_Entry] = []  # sent again after the backoff, before _pending
         self._retry_timer: asyncio.TimerHandle | None = None
         self._backoff_s = BACKOFF_FIRST_S
@@ -203,7 +188,7 @@ class RedisBatcher:
         self._closed = False
         self._idle = asyncio.Event()
         self._idle.set()
-        self._shas: dict[str, str] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it flushes in
         self.pipelines = 0
         self.commands = 0
         self.failures = 0
@@ -233,9 +218,11 @@ class RedisBatcher:
         callback: Callback | None = None,
         retry: bool = True,
         guard: Guard | None = None,
+        payload: bytes = b"",
     ) -> None:
-        """Queue one command; ``callback`` gets its reply (or the exception when not retried)."""
-        self._add(_Entry(args, callback, retry, guard, None))
+        """Queue one command; ``callback`` gets its reply (or the exception when not retried).
+        ``payload``: the command already encoded (``encode_command(args)``), if it was."""
+        self._add(_Entry(args, callback, retry, guard, None, None, payload))
 
     def script(
         self,
@@ -251,7 +238,7 @@ class RedisBatcher:
 
         ``args_if_lost``: the arguments to send instead when the call is cut off by a lost
         connection (it may have been applied: e.g. a record push made push-if-absent)."""
-        sha = self._sha(text)
+        sha = script_sha(text)
         entry = _Entry(("EVALSHA", sha, len(keys), *keys, *args), callback, retry, guard, text)
         if args_if_lost is not None:
             entry.if_lost = ("EVALSHA", sha, len(keys), *keys, *args_if_lost)
@@ -274,7 +261,7 @@ class RedisBatcher:
         element of the reply list, or the call's error (a refused call fails every item in
         it). It is retried as one entry: cut off by a lost connection it is sent again as
         ``combine(group, items, True)``."""
-        self._add(_Item(combine, group, item, keys, callback))
+        self._add((combine, group, item, keys, callback))
 
     def call_script(
         self, text: str, keys: tuple[Any, ...], args: tuple[Any, ...]
@@ -301,7 +288,10 @@ class RedisBatcher:
 
     def _arm(self) -> None:
         self._armed = True
-        asyncio.get_running_loop().call_soon(self._flush)
+        loop = self._loop
+        if loop is None:  # (get_running_loop() makes a getpid system call in Python 3.11)
+            loop = self._loop = asyncio.get_running_loop()  # a batcher serves one loop
+        loop.call_soon(self._flush)
 
     @property
     def idle(self) -> bool:
@@ -364,29 +354,43 @@ class RedisBatcher:
         batch, self._pending = self._pending, []
         parts: list[bytes] = []
         callbacks: list[Callback] = []
-        run: _Run | None = None
+        # The coalesced items of the call being gathered, at the place of its first: they
+        # join it across the commands queued between them unless such a command names a key
+        # an item writes (an LREM of a record in it, an SREM of an inbound id in it); then the
+        # call goes before that command and later items start a new one. So every key sees
+        # its writes in the order they were queued.
+        run: list[_Item] | None = None
+        run_at = 0
+        run_keys: set[str] | None = None  # the run's keys, gathered once a command follows
         for entry in batch:
-            if type(entry) is _Item:
-                if run is not None and not run.takes(entry):
-                    self._add_coalesced(run, parts, callbacks)
+            if type(entry) is tuple:
+                if run is not None and (
+                    entry[0] is not run[0][0] or entry[1] != run[0][1] or len(run) >= MAX_COALESCED
+                ):
+                    self._add_coalesced(run, run_at, parts, callbacks)
                     run = None
-                if run is None:  # the call goes where its first item was queued
-                    run = _Run(entry, len(parts))
+                if run is None:
+                    run, run_at, run_keys = [entry], len(parts), None
                     parts.append(b"")
                     callbacks.append(_ignore)
                 else:
-                    run.add(entry)
+                    run.append(entry)
+                    if run_keys is not None:
+                        run_keys.update(entry[3])
                 continue
             assert type(entry) is _Entry
-            if run is not None and run.touched_by(entry):
-                self._add_coalesced(run, parts, callbacks)  # it must go before this command
-                run = None
+            if run is not None:
+                if run_keys is None:
+                    run_keys = {key for item in run for key in item[3]}
+                if not run_keys.isdisjoint(entry.args):  # (keys are arguments)
+                    self._add_coalesced(run, run_at, parts, callbacks)  # it goes before this
+                    run = None
             if entry.guard is not None and not entry.guard():
                 continue
             parts.append(entry.payload)
             callbacks.append(self._reply_for(entry))
         if run is not None:
-            self._add_coalesced(run, parts, callbacks)
+            self._add_coalesced(run, run_at, parts, callbacks)
         if not parts:
             self._check_idle()
             return
@@ -398,34 +402,25 @@ class RedisBatcher:
         callbacks[-1] = self._timed(callbacks[-1])
         conn.send(b"".join(parts), callbacks)
 
-    def _add_coalesced(self, run: _Run, parts: list[bytes], callbacks: list[Callback]) -> None:
+    def _add_coalesced(
+        self, run: list[_Item], at: int, parts: list[bytes], callbacks: list[Callback]
+    ) -> None:
         """One script call for a run of coalesced items, an entry retried like any other."""
-        first = run.items[0]
-        items = [item.item for item in run.items]
-        text, keys, args = first.combine(first.group, items, False)
-        split = _split([item.callback for item in run.items])
-        entry = _Entry(
-            ("EVALSHA", self._sha(text), len(keys), *keys, *args), split, True, None, text
-        )
+        first = run[0]
+        text, args, payload = first[0](first[1], [item[2] for item in run], False)
+        entry = _Entry(args, None, True, None, text, run, payload)
+        parts[at] = payload
+        callbacks[at] = self._reply_for(entry)
 
-        def lost_form() -> tuple[Any, ...]:
-            _, _, if_lost = first.combine(first.group, items, True)
-            return ("EVALSHA", entry.args[1], len(keys), *keys, *if_lost)
-
-        entry.lost_form = lost_form
-        parts[run.at] = entry.payload
-        callbacks[run.at] = self._reply_for(entry)
-
-    def _sha(self, text: str) -> str:
-        sha = self._shas.get(text)
-        if sha is None:
-            sha = hashlib.sha1(text.encode()).hexdigest()  # noqa: S324 - Redis's script id
-            self._shas[text] = sha
-        return sha
+    @staticmethod
+    def _lost_form(items: list[_Item]) -> tuple[Any, ...]:
+        """A coalesced call's form to send again after a lost connection."""
+        first = items[0]
+        return first[0](first[1], [item[2] for item in items], True)[1]
 
     def _timed(self, last: Callback) -> Callback:
         """The pipeline's last reply also measures its round trip."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()  # (set: _flush runs after an _arm)
         sent_at = loop.time()
 
         def reply(value: Any) -> None:
@@ -473,32 +468,40 @@ class RedisBatcher:
     def _reply_for(self, entry: _Entry) -> Callback:
         def reply(value: Any) -> None:
             self._inflight -= 1
-            if isinstance(value, RedisConnectionLost | RedisReplyError) and is_transient(value):
-                self._transient(entry, value)
+            if isinstance(value, Exception):
+                self._error_reply(entry, value)
             else:
-                if self._backoff_s != BACKOFF_FIRST_S and not isinstance(value, Exception):
+                if self._backoff_s != BACKOFF_FIRST_S:
                     self._backoff_s = BACKOFF_FIRST_S  # Redis answers again
                 if entry.failing_since:
                     self.stats.recovered += 1
-                if isinstance(value, RedisReplyError):
-                    kind = error_kind(value)
-                    self.stats.error(kind)
-                    self.stats.given_up += 1
-                    if kind == "fenced":  # this run lost its lease: counted, said once
-                        self._log_fenced(value)
-                    else:
-                        log.error("redis %s failed: %r", entry.args[0], value)
-                    value = RedisWriteFailed(f"{entry.args[0]}: {value}")
-                if entry.callback is not None:
-                    try:
-                        entry.callback(value)
-                    except Exception:
-                        log.exception("redis reply callback failed")
-            if not self._inflight and self._pending and not self._armed:
-                self._arm()  # the batch is answered: what queued meanwhile goes now
-            self._check_idle()
+                _answer(entry, value)
+            if not self._inflight:
+                if self._pending:
+                    if not self._armed:
+                        self._arm()  # the batch is answered: what queued meanwhile goes now
+                elif not self._retrying:
+                    self._idle.set()
 
         return reply
+
+    def _error_reply(self, entry: _Entry, error: Exception) -> None:
+        """An error reply or a lost connection: sent again when it may pass, else given up."""
+        if isinstance(error, RedisConnectionLost | RedisReplyError) and is_transient(error):
+            self._transient(entry, error)
+            return
+        if entry.failing_since:
+            self.stats.recovered += 1
+        if isinstance(error, RedisReplyError):
+            kind = error_kind(error)
+            self.stats.error(kind)
+            self.stats.given_up += 1
+            if kind == "fenced":  # this run lost its lease: counted, said once
+                self._log_fenced(error)
+            else:
+                log.error("redis %s failed: %r", entry.args[0], error)
+            error = RedisWriteFailed(f"{entry.args[0]}: {error}")
+        _answer(entry, error)
 
     def _log_fenced(self, error: RedisReplyError) -> None:
         """One warning per second at most for writes refused because this run lost its lease
@@ -532,14 +535,13 @@ class RedisBatcher:
                     error,
                 )
                 error = RedisWriteFailed(f"{entry.args[0]}: {kind} for {self.retry_for_s}s")
-            if entry.callback is not None:
-                entry.callback(error)
+            _answer(entry, error)
             return
         if kind == "noscript":
             assert entry.script is not None
             entry.rewrite(("EVAL", entry.script, *entry.args[2:]))
-        elif kind == "connection_lost" and entry.lost_form is not None:
-            entry.if_lost, entry.lost_form = entry.lost_form(), None
+        elif kind == "connection_lost" and entry.items is not None and entry.if_lost is None:
+            entry.if_lost = self._lost_form(entry.items)
         if kind == "connection_lost" and entry.if_lost is not None:
             if entry.args[0] == "EVAL":  # (sent as EVAL after a NOSCRIPT already)
                 entry.rewrite(("EVAL", entry.script, *entry.if_lost[2:]))
@@ -578,7 +580,7 @@ class RedisBatcher:
         """Without a connection, connect-path look-ups fail now; durable writes wait."""
         kept: list[_Entry | _Item] = []
         for entry in self._pending:
-            if entry.retry:
+            if isinstance(entry, tuple) or entry.retry:  # (a coalesced write is durable)
                 kept.append(entry)
             elif entry.callback is not None:
                 entry.callback(error)

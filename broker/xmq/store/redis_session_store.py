@@ -46,15 +46,15 @@ from xmq.contract.message_record import encode_record
 from xmq.contract.session_scripts import (
     FORWARDED_SEEN_TTL_MS,
     AppendOutcome,
-    FencedWrite,
     append_if_owner,
-    fenced_writes,
 )
 from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, SubscriptionSpec
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
+from xmq.store.fenced_calls import FencedCalls
 from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.resp_connection import encode_lrem_one
 from xmq.store.session_directory import subscription_json
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ class RedisSessionStore:
         self.seen_ttl_ms = seen_ttl_ms
         self._recent: set[tuple[str, str]] = set()
         self._recent_order: deque[tuple[str, str]] = deque()
-        self._fenced = self._fenced_call  # one bound method: the batcher coalesces by identity
+        self._fenced = FencedCalls(keys, (identity.node_id, identity.epoch), seen_ttl_ms)
 
     # -- records ----------------------------------------------------------------------------
 
@@ -206,23 +206,25 @@ class RedisSessionStore:
     ) -> None:
         """``RPUSH`` the record (and ``SET`` its seen marker) while this run holds its lease;
         a stale run's write is refused (``FENCED``: the callback gets the failure)."""
-        identity = self.identity
-        writer = (identity.node_id, identity.epoch)
-        keys = self.keys
-        queue = keys.session_queue(client_id)
+        queue = self.keys.session_queue(client_id)
         written: tuple[str, ...]
         if forward_id:
-            seen = keys.session_seen(client_id, forward_id)
+            seen = self.keys.session_seen(client_id, forward_id)
             item, written = ("r", queue, raw, seen), (queue, seen)
         else:
             item, written = ("r", queue, raw, ""), (queue,)
-        self.batcher.coalesced(self._fenced, writer, item, written, callback)
+        self.batcher.coalesced(FencedCalls.combine, self._calls(), item, written, callback)
 
-    def _fenced_call(
-        self, writer: tuple[str, int], writes: list[FencedWrite], once: bool
-    ) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
-        """The ``FENCED_WRITES`` call of a batch's records and inbound ids (one lease check)."""
-        return fenced_writes(self.keys, writer, writes, self.seen_ttl_ms, once)
+    def _calls(self) -> FencedCalls:
+        """This run's ``FENCED_WRITES`` calls (the batcher coalesces the writes of one
+        ``FencedCalls``: of one run)."""
+        fenced = self._fenced
+        identity = self.identity
+        if fenced.epoch != identity.epoch or fenced.node_id != identity.node_id:
+            fenced = self._fenced = FencedCalls(
+                self.keys, (identity.node_id, identity.epoch), self.seen_ttl_ms
+            )
+        return fenced
 
     def _written_reply(self, reply: Any) -> None:
         self._written()
@@ -279,7 +281,8 @@ class RedisSessionStore:
         if raw is None:
             return
         client_id = session.client_id
-        self.batcher.command("LREM", self.keys.session_queue(client_id), 1, raw)
+        queue = self.keys.session_queue(client_id)
+        self.batcher.command("LREM", queue, 1, raw, payload=encode_lrem_one(queue, raw))
         if delivery.qos == 2:
             self.batcher.command("HDEL", self.keys.session_inflight(client_id), record_id_of(raw))
 
@@ -313,10 +316,9 @@ class RedisSessionStore:
             hold.hold()  # the PUBREC waits for the id's SADD too, a PUBCOMP for its SREM
             callback = _settle(hold)
         if added:  # fenced: a stale run's id would make the re-sent PUBLISH look handled
-            identity = self.identity
             self.batcher.coalesced(
-                self._fenced,
-                (identity.node_id, identity.epoch),
+                FencedCalls.combine,
+                self._calls(),
                 ("i", key, str(packet_id), ""),
                 (key,),
                 callback or _ignore,

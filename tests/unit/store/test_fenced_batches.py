@@ -30,7 +30,7 @@ from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits, Session
 from xmq.core.stats import BrokerStats
-from xmq.store.redis_batcher import RedisBatcher
+from xmq.store.redis_batcher import RedisBatcher, ScriptCall, script_call
 from xmq.store.redis_session_store import RedisSessionStore
 
 pytestmark = pytest.mark.integration
@@ -136,8 +136,8 @@ async def test_a_coalesced_call_cut_by_a_lost_connection_is_sent_again_as_its_lo
     scripted = ScriptedRedis(hangs_up_once(b"*2\r\n:1\r\n:0\r\n"))  # the call unanswered
     batcher = await _batcher(batchers, await scripted.start())
 
-    def combine(group: Any, items: list[Any], once: bool) -> tuple[str, tuple[Any, ...], Any]:
-        return "-- batch", (group,), (*items, "1" if once else "0")
+    def combine(group: Any, items: list[Any], once: bool) -> ScriptCall:
+        return script_call("-- batch", (group,), (*items, "1" if once else "0"))
 
     replies: list[Any] = []
     for item in ("a", "b"):
@@ -160,8 +160,8 @@ async def test_a_command_naming_a_key_of_the_call_ends_it_before_that_command(
     scripted = ScriptedRedis(script)
     batcher = await _batcher(batchers, await scripted.start())
 
-    def combine(group: Any, items: list[Any], once: bool) -> tuple[str, tuple[Any, ...], Any]:
-        return "-- batch", (group,), tuple(items)
+    def combine(group: Any, items: list[Any], once: bool) -> ScriptCall:
+        return script_call("-- batch", (group,), tuple(items))
 
     replies: list[Any] = []
     batcher.coalesced(combine, "g", "a", ("q1",), replies.append)

@@ -101,15 +101,23 @@ class Hold:
         self.released += 1
 
 
-async def test_a_stale_run_s_record_and_inbound_id_fail_its_held_ack(
-    server: RedisServer, sync: redis.Redis
-) -> None:
+async def started_store(
+    server: RedisServer, identity: NodeIdentity
+) -> tuple[RedisBatcher, RedisSessionStore, Session]:
+    """A store of the run ``identity`` (keys ``KEYS``), its batcher started, and the store's
+    persistent session ``c1``."""
     batcher = RedisBatcher(server.url)
     await batcher.start()
-    identity = NodeIdentity(*NODE, online=True)
     store = RedisSessionStore(batcher, KEYS, identity, {}, lambda: 0.0)
     session = Session("c1", QueueLimits(1000, 1 << 20, 1 << 24, 10), BrokerStats())
     session.store = store
+    return batcher, store, session
+
+
+async def test_a_stale_run_s_record_and_inbound_id_fail_its_held_ack(
+    server: RedisServer, sync: redis.Redis
+) -> None:
+    batcher, store, session = await started_store(server, NodeIdentity(*NODE, online=True))
     publisher = Session("p1", QueueLimits(1000, 1 << 20, 1 << 24, 10), BrokerStats())
     publisher.store = store
     try:

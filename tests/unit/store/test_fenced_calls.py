@@ -1,0 +1,112 @@
+"""The durable record path's own cost: a one-write ``FENCED_WRITES`` call and an
+acknowledgement's ``LREM`` are encoded from templates (each must be byte for byte the generic
+encoding of the command, the call that of the contract's layout), a record
+leaves no reference cycle behind (the collector has nothing to find), and a run that gets a
+new epoch writes under it (the template is made again), on a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+
+import pytest
+import redis
+
+from tests.support.node_leases import write_lease
+from tests.support.redis_server import RedisServer
+from tests.unit.store.test_fenced_records import (  # noqa: F401 - fixtures
+    KEYS,
+    NODE,
+    Hold,
+    server,
+    started_store,
+    sync,
+)
+from xmq.contract.session_scripts import FencedWrite, fenced_writes
+from xmq.core.cluster_ports import DurableContext, NodeIdentity
+from xmq.core.message import Message
+from xmq.core.session import Session
+from xmq.store.fenced_calls import FencedCalls
+from xmq.store.redis_batcher import script_call
+from xmq.store.redis_session_store import RedisSessionStore
+from xmq.store.resp_connection import encode_command, encode_lrem_one
+
+QUEUE = KEYS.session_queue("c1")
+
+
+@pytest.mark.parametrize(
+    "writes",
+    [
+        pytest.param([("r", QUEUE, b"rec\r\n$3\r\n", "")], id="record"),
+        pytest.param([("r", QUEUE, b"rec", KEYS.session_seen("c1", "b-0/1/f2"))], id="forwarded"),
+        pytest.param([("i", KEYS.session_qos2_inbound("c1"), "65535", "")], id="inbound-id"),
+        pytest.param(
+            [("r", QUEUE, b"r1", ""), ("i", KEYS.session_qos2_inbound("c1"), "7", "")],
+            id="two-writes",
+        ),
+    ],
+)
+@pytest.mark.parametrize("once", [False, True])
+def test_a_call_is_the_generic_encoding_of_the_contract_s_layout(
+    writes: list[FencedWrite], once: bool
+) -> None:
+    text, command, payload = FencedCalls(KEYS, NODE, 60_000).combine(writes, once)
+    want = script_call(*fenced_writes(KEYS, NODE, writes, 60_000, once))
+    assert (text, command, payload) == want
+
+
+@pytest.mark.parametrize("record", [b"", b"r\r\n$1\r\n", bytes(range(256)) * 300])
+def test_an_acknowledgement_s_lrem_is_its_generic_encoding(record: bytes) -> None:
+    assert encode_lrem_one(QUEUE, record) == encode_command(("LREM", QUEUE, 1, record))
+
+
+async def _record_one_per_flush(store: RedisSessionStore, session: Session, count: int) -> Hold:
+    """``count`` QoS 1 records, each written before the next is made (one call per flush, as
+    at a low message rate)."""
+    hold = Hold()
+    for n in range(count):
+        message = Message("t", b"m%d" % n, 1, False, None, "p1", 0.0)
+        session.deliver(message, 1, False, (), None, 0.0, DurableContext(hold))
+        await asyncio.wait_for(store.flush(), 10)
+    return hold
+
+
+@pytest.mark.integration
+async def test_a_written_record_leaves_no_garbage_cycle(
+    server: RedisServer,  # noqa: F811 - the fixture
+    sync: redis.Redis,  # noqa: F811 - the fixture
+) -> None:
+    write_lease(sync, KEYS, *NODE)
+    batcher, store, session = await started_store(server, NodeIdentity(*NODE, online=True))
+    await _record_one_per_flush(store, session, 3)  # warm: every lazy structure made
+    gc.collect()
+    gc.disable()
+    try:
+        hold = await _record_one_per_flush(store, session, 50)
+        found = gc.collect()
+    finally:
+        gc.enable()
+        await batcher.close()
+    assert (hold.count, hold.released, hold.failed) == (50, 50, 0)
+    assert sync.llen(QUEUE) == 53
+    assert found == 0  # nothing per record only the collector could free
+
+
+@pytest.mark.integration
+async def test_a_run_with_a_new_epoch_writes_under_it(
+    server: RedisServer,  # noqa: F811 - the fixture
+    sync: redis.Redis,  # noqa: F811 - the fixture
+) -> None:
+    write_lease(sync, KEYS, *NODE)
+    identity = NodeIdentity(*NODE, online=True)
+    batcher, store, session = await started_store(server, identity)
+    try:
+        first = await _record_one_per_flush(store, session, 2)
+        write_lease(sync, KEYS, NODE[0], NODE[1] + 1)  # the node is back under a new epoch
+        identity.epoch = NODE[1] + 1
+        second = await _record_one_per_flush(store, session, 2)
+    finally:
+        await batcher.close()
+    assert (first.released, first.failed) == (2, 0)
+    assert (second.released, second.failed) == (2, 0)  # not fenced by the old epoch's template
+    assert sync.llen(QUEUE) == 4
