@@ -38,7 +38,7 @@ def test_the_build_loaded_is_the_one_expected() -> None:
         assert BUILD == "pure"
     expected = os.environ.get("XMQ_EXPECT_BUILD")
     if expected:
-        assert BUILD == expected, f"expected the {expected} build, running {BUILD}: {BUILD_REASON}"
+        assert expected == BUILD, f"expected the {expected} build, running {BUILD}: {BUILD_REASON}"
 
 
 def test_build_info_metric_names_the_build() -> None:
@@ -101,7 +101,15 @@ def test_a_matching_stamp_lets_the_compiled_modules_load(tmp_path: Path) -> None
             "built for cpython-30",
         ),
     ],
-    ids=["edited", "added", "removed", "extension-missing", "no-stamp", "bad-stamp", "other-python"],
+    ids=[
+        "edited",
+        "added",
+        "removed",
+        "extension-missing",
+        "no-stamp",
+        "bad-stamp",
+        "other-python",
+    ],
 )
 def test_compiled_code_that_may_not_match_the_source_is_refused(
     tmp_path: Path, change: Callable[[Path], object], problem: str
