@@ -57,6 +57,7 @@ from xmq.bench.scenarios import (
     persistence,
 )
 from xmq.bench.tracers import Callgrind, Strace, SyscallCounts, per_unit
+from xmq.native_build import BUILD  # the brokers started here import the same tree, same env
 
 _LISTENING = re.compile(r"^xmq: listening mqtt \S+ (\S+):(\d+)$")
 Tracer = Callgrind | Strace
@@ -392,6 +393,7 @@ def _measure(
                 "scenario": scenario.name,
                 "broker": broker,
                 "tracer": tracer_name,
+                "build": BUILD if broker == "xmq" else None,
                 "per_unit": value,
                 "per_unit_syscalls": each,
                 "runs": [
@@ -410,7 +412,8 @@ def _measure(
             with open(args.json, "a") as out:
                 out.write(json.dumps(record) + "\n")
         print(
-            f"# {scenario.name} {broker} {tracer_name}: N={full.units} ({full.seconds:.0f} s), "
+            f"# {scenario.name} {broker}{f' ({BUILD} build)' if broker == 'xmq' else ''} "
+            f"{tracer_name}: N={full.units} ({full.seconds:.0f} s), "
             f"N/2={half.units} ({half.seconds:.0f} s): {value:,.2f} per unit; p99 "
             f"{full.p99_us / 1000:.1f} / {half.p99_us / 1000:.1f} ms{note}",
             file=sys.stderr,

@@ -14,11 +14,14 @@ from xmq.app.accounts_cli import add_accounts_commands
 from xmq.app.cluster_cli import add_cluster_commands
 from xmq.config import BrokerConfig, ListenerConfig, load_config
 from xmq.contract.pod import CONFIG_FILE_ENV, CONFIG_PATH, HEALTH_PORT
+from xmq.native_build import BUILD, BUILD_REASON
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="xmq", description="XMQ MQTT broker")
-    parser.add_argument("--version", action="version", version=f"xmq {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"xmq {__version__} ({BUILD} build: {BUILD_REASON})"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run a broker node (in memory by default)")

@@ -221,7 +221,7 @@ class FrameDecoder:
     def __init__(self) -> None:
         self._buffer = bytearray()
 
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+    def feed(self, data: bytes | bytearray) -> list[tuple[int, bytes]]:
         buffer = self._buffer
         if not buffer and type(data) is bytes:
             return self._feed_whole(data)

@@ -132,8 +132,8 @@ def _connect(buf: Buffer, pos: int, end: int, version: int) -> Connect:
         if not exc.protocol_version:
             exc.protocol_version = level
         raise
-    except LOW_LEVEL_ERRORS as exc:
-        raise MalformedPacket(f"CONNECT: {exc}", protocol_version=level) from exc
+    except LOW_LEVEL_ERRORS as low:  # (own name: mypyc types it by the first clause)
+        raise MalformedPacket(f"CONNECT: {low}", protocol_version=level) from low
 
 
 def _connect_fields(buf: Buffer, pos: int, end: int, name: str, level: int) -> Connect:

@@ -298,12 +298,12 @@ class Properties:
         return f"Properties({fields})"
 
 
-_new_object = object.__new__
+_new_properties = Properties.__new__
 
 
 def blank_properties() -> Properties:
     """``Properties()`` without the keyword-argument overhead (the decoder's hot path)."""
-    props: Properties = _new_object(Properties)
+    props: Properties = _new_properties(Properties)
     props.payload_format_indicator = None
     props.message_expiry_interval = None
     props.content_type = None

@@ -91,11 +91,12 @@ class PacketReader:
             self._needed = 0
             exc.decoded = packets
             raise
-        except LOW_LEVEL_ERRORS as exc:  # decode_publish leaves e.g. a bad topic to us
+        except LOW_LEVEL_ERRORS as low:  # decode_publish leaves e.g. a bad topic to us
+            # (a name of its own: mypyc types an except variable by its first clause)
             self._needed = 0
-            error = MalformedPacket(f"undecodable packet: {exc}")
+            error = MalformedPacket(f"undecodable packet: {low}")
             error.decoded = packets
-            raise error from exc
+            raise error from low
         self._needed = needed
         if pos < end:
             buffer += memoryview(src)[pos:]

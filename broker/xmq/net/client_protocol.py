@@ -224,13 +224,21 @@ class MqttClientProtocol(asyncio.Protocol):
         if self.conn.fanning_out and not self._closing:  # still routing a PUBLISH's fan-out
             self.conn.broker.loop.call_soon(self._resume_backlog)
             return
-        packets, self._backlog = self._backlog, None
-        error, self._backlog_error = self._backlog_error, None
+        packets, error = self._take_backlog()
         if packets is None or self._closing:
             return
         self._handle_packets(packets, error)
         if self._backlog is None and not self._held:
             self.resume_reading()
+
+    def _take_backlog(self) -> tuple[list[Packet] | None, ProtocolError | None]:
+        """The rest of a sliced read and its error, cleared. (A method, not a swap in
+        ``_resume_backlog``: there mypy would narrow ``self._backlog`` to None across
+        ``_handle_packets``, which may set it again, and mypyc compiles that narrowing.)"""
+        taken = self._backlog, self._backlog_error
+        self._backlog = None
+        self._backlog_error = None
+        return taken
 
     def _hold(self, data: bytes) -> None:
         """Keep bytes read while the lease is not proven (``core.lease_fence``)."""

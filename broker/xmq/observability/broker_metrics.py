@@ -21,9 +21,11 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from xmq import __version__
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.broker import Broker
 from xmq.core.stats import LatencyHistogram
+from xmq.native_build import BUILD
 from xmq.observability.readiness import LoopLagMonitor
 
 AUTH_FAILURE_CODES = frozenset(
@@ -85,6 +87,7 @@ class BrokerCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         broker = self.broker
         stats = broker.stats
+        yield build_info()
         yield _gauge("xmq_clients_connected", "Clients connected now.", stats.clients_connected)
         yield _gauge(
             "xmq_clients_maximum", "Most clients connected at once.", stats.clients_maximum
@@ -236,6 +239,17 @@ class BrokerCollector(Collector):
         yield caps
         for source in self.sources:
             yield source.family()
+
+
+def build_info() -> GaugeMetricFamily:
+    """``xmq_build_info{build="compiled"|"pure",version=...} 1``: which hot modules run."""
+    info = GaugeMetricFamily(
+        "xmq_build_info",
+        "The running build: mypyc-compiled hot modules or pure Python (XMQ_PURE=1, not built).",
+        labels=["build", "version"],
+    )
+    info.add_metric([BUILD, __version__], 1)
+    return info
 
 
 def _gauge(name: str, documentation: str, value: float) -> GaugeMetricFamily:

@@ -82,9 +82,13 @@ class RetainedStore(Generic[M]):
             self.bytes -= self._cost(node.entry[1])
         node.entry = None
         parent = node.parent
-        while parent is not None and node.entry is None and not node.children:
+        # (the entry test after the move, not in the loop condition: mypyc kept the
+        # narrowing of ``node.entry`` to None across ``node = parent``)
+        while parent is not None and not node.children:
             del parent.children[node.level]
             node = parent
+            if node.entry is not None:
+                break
             parent = node.parent
         return True
 

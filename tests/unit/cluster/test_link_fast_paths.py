@@ -70,7 +70,7 @@ def test_frames_come_out_whole_and_as_bytes_from_any_split(
 
 def test_a_bytearray_read_goes_through_the_buffer_and_gives_bytes() -> None:
     stream = frames.publish(b"one") + frames.publish(b"two")
-    got = FrameDecoder().feed(bytearray(stream))  # type: ignore[arg-type]
+    got = FrameDecoder().feed(bytearray(stream))
     assert got == [(Kind.PUBLISH, b"one"), (Kind.PUBLISH, b"two")]
     assert all(type(body) is bytes for _, body in got)
 
