@@ -84,17 +84,19 @@ def test_only_auth_may_come_during_an_exchange(broker: BrokerProcess) -> None:
         raw.close()
 
 
-def _push(sock: socket.socket, chunk: bytes, total: int) -> int:
-    """Send ``chunk`` until ``total`` bytes went or the broker closed; the bytes sent."""
+def _push(sock: socket.socket, chunk: bytes, for_s: float) -> bool:
+    """Send ``chunk`` again and again for up to ``for_s`` seconds; whether the broker closed.
+
+    Bounded by time, not bytes: how many bytes fit in the close's linger depends on how fast
+    the broker discards them (the compiled build reads 256 MiB in well under its 2 s)."""
     sock.settimeout(5)
-    sent = 0
+    end = time.monotonic() + for_s
     try:
-        while sent < total:
+        while time.monotonic() < end:
             sock.sendall(chunk)
-            sent += len(chunk)
     except (BrokenPipeError, ConnectionResetError, TimeoutError):
-        pass
-    return sent
+        return True
+    return False
 
 
 def test_an_unauthenticated_client_pushing_packets_does_not_grow_the_broker(
@@ -105,12 +107,11 @@ def test_an_unauthenticated_client_pushing_packets_does_not_grow_the_broker(
     before = process.memory_info().rss
     try:
         packet = encode(Publish("devices/alice/x", b"p" * 100, qos=0), 5)
-        total = 256 * 1024 * 1024
         # refused at the first PUBLISH (0x82); what comes while the close lingers (2 s) is
         # read and discarded, never held
-        sent = _push(raw.sock, packet * 1000, total)
+        closed = _push(raw.sock, packet * 1000, 30.0)
         grown = process.memory_info().rss - before
-        assert sent < total, "the broker never closed the connection"
+        assert closed, "the broker never closed the connection (30 s, its linger is 2 s)"
         assert grown < 16 * 1024 * 1024, f"RSS grew by {grown} bytes"
     finally:
         raw.close()
