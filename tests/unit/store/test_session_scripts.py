@@ -125,6 +125,7 @@ def test_clean_start_discards_the_stored_session(client: redis.Redis) -> None:
 
 def test_release_only_by_the_owner(client: redis.Redis) -> None:
     _lease(client, "a-0", 1)
+    _lease(client, "b-0", 1)  # a live run that is not the owner (without a lease: fenced, 2)
     _claim(client, "c6", "a-0", 1)
     assert _run(client, release_session(KEYS, "c6", "b-0", 1)) == 0
     assert client.exists(KEYS.session_owner("c6"))
