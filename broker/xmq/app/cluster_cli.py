@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -12,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +47,13 @@ def add_cluster_commands(commands: Any) -> None:
     )
     up.add_argument("--lease-ttl", type=float, default=10.0, help="lease TTL in seconds")
     up.add_argument("--max-queued-writes", type=int, default=0)
+    up.add_argument(
+        "--start-timeout",
+        type=float,
+        default=120.0,
+        help="seconds for every node to listen, else stop them all and exit 1 "
+        "(default: %(default)s)",
+    )
     up.set_defaults(func=_up)
     status = actions.add_parser("status", help="members, leases and sessions from Redis")
     status.add_argument("--redis-url", help=f"Redis URL (default: ${REDIS_URL_ENV})")
@@ -84,7 +93,7 @@ def _try_redis(binary: str, data_dir: str, port: int) -> tuple[subprocess.Popen[
         stderr=subprocess.DEVNULL,
     )
     url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
+    client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
     deadline = time.monotonic() + 10
     try:
         while proc.poll() is None and time.monotonic() < deadline:
@@ -102,25 +111,54 @@ def _try_redis(binary: str, data_dir: str, port: int) -> tuple[subprocess.Popen[
     return None
 
 
-def _listening_address(node: subprocess.Popen[str], workers: int) -> str:
-    """Read a node's stdout until each of its workers printed its MQTT listener line (they
-    share the port); return ``host:port``."""
-    assert node.stdout is not None
-    listening = 0
-    for line in node.stdout:
-        if line.startswith("xmq: listening mqtt "):
-            listening += 1
-            if listening == workers:
-                return line.split()[-1]
-        elif workers > 1:
-            sys.stdout.write(line)  # the supervisor's and workers' own lines
-    raise SystemExit("a node exited before listening")
+class _NodeOutput:
+    """A node's stdout, read on a thread of its own into a queue, so ``cluster up`` can wait for
+    the node's listener lines with a deadline: a node that hangs before it listens is reported
+    and stopped, never waited on for ever."""
 
+    def __init__(self, node: subprocess.Popen[str]) -> None:
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(node,), daemon=True).start()
 
-def _relay(node: subprocess.Popen[str]) -> None:
-    assert node.stdout is not None
-    for line in node.stdout:
-        sys.stdout.write(line)
+    def _read(self, node: subprocess.Popen[str]) -> None:
+        assert node.stdout is not None
+        for line in node.stdout:
+            self.lines.put(line)
+        self.lines.put(None)  # the node closed its stdout: it exited
+
+    def listening_address(
+        self, name: str, workers: int, deadline: float, stopped: Callable[[], bool]
+    ) -> str | None:
+        """Wait until each of the node's workers printed its MQTT listener line (they share the
+        port); return ``host:port``, or None once ``stopped`` (a signal). Other lines are passed
+        on when the node has workers."""
+        listening = 0
+        while True:
+            try:
+                line = self.lines.get(timeout=0.2)
+            except queue.Empty:
+                if stopped():
+                    return None
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{name} did not listen within the start timeout") from None
+                continue
+            if line is None:
+                raise SystemExit(f"{name} exited before listening")
+            if line.startswith("xmq: listening mqtt "):
+                listening += 1
+                if listening == workers:
+                    return line.split()[-1]
+            elif workers > 1:
+                sys.stdout.write(line)  # the supervisor's and workers' own lines
+
+    def relay(self) -> None:
+        """Pass the node's further lines on to this process's stdout (on a thread)."""
+
+        def run() -> None:
+            while (line := self.lines.get()) is not None:
+                sys.stdout.write(line)
+
+        threading.Thread(target=run, daemon=True).start()
 
 
 def _node_config(args: argparse.Namespace, url: str, index: int) -> str:
@@ -166,10 +204,16 @@ def _up(args: argparse.Namespace) -> int:
             path.write_text(_node_config(args, url, index))
             command = [sys.executable, "-m", "xmq", "serve", "--config", str(path)]
             nodes.append(subprocess.Popen(command, stdout=subprocess.PIPE, text=True))
-        for index, node in enumerate(nodes, start=1):
-            address = _listening_address(node, args.workers)
+        outputs = [_NodeOutput(node) for node in nodes]
+        deadline = time.monotonic() + args.start_timeout
+        for index, output in enumerate(outputs, start=1):
+            address = output.listening_address(
+                f"node-{index}", args.workers, deadline, lambda: stop
+            )
+            if address is None:
+                break
             print(f"xmq: node-{index} mqtt {address}", flush=True)
-            threading.Thread(target=_relay, args=(node,), daemon=True).start()
+            output.relay()
         while not stop and all(node.poll() is None for node in nodes):
             time.sleep(0.2)
     finally:
