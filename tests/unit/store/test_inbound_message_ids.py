@@ -17,17 +17,14 @@ node dying at that instant leaves it, then the publisher and the subscriber resu
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator
-
 import pytest
 import redis
 
 from tests.support.node_leases import drop_lease, write_lease
-from tests.support.redis_server import RedisServer, running_redis
+from tests.support.redis_server import RedisServer
 from tests.support.sink_link import SinkLink
+from tests.unit.store import test_qos2_inbound_release as inbound
 from xmq.codec.packets import (
-    Connect,
     Packet,
     Pubcomp,
     Publish,
@@ -36,7 +33,6 @@ from xmq.codec.packets import (
     Subscribe,
     SubscriptionRequest,
 )
-from xmq.codec.properties import Properties
 from xmq.contract import ClusterKeys
 from xmq.contract.session_scripts import (
     FencedWrites,
@@ -44,43 +40,22 @@ from xmq.contract.session_scripts import (
     release_inbound_id,
     release_session,
 )
-from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, NodeIdentity
-from xmq.core.connection import ClientConnection
-from xmq.core.connection_states import CONNECTED
-from xmq.core.held_acks import AckGate
 from xmq.core.inbound_ids import InboundMessageIds, is_derived_id
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits, Session
-from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_session_store import RedisSessionStore
-from xmq.store.session_directory import RedisSessionDirectory
 
 pytestmark = pytest.mark.integration
 
 KEYS = ClusterKeys("t-inbound-ids")
 A, B = ("a-0", 3), ("b-0", 5)
-_BATCHERS: list[RedisBatcher] = []
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[RedisServer]:
-    with running_redis() as running:
-        yield running
-
-
-@pytest.fixture
-async def sync(server: RedisServer) -> AsyncIterator[redis.Redis]:
-    client = server.client()
-    client.flushall()
-    yield client
-    client.close()
-    for batcher in _BATCHERS:
-        await batcher.close()
-    _BATCHERS.clear()
+server, sync = inbound.server, inbound.sync  # the fixtures: a Redis, flushed for each test
+_broker, _connect, _until = inbound._broker, inbound._connect, inbound._until
+_BATCHERS = inbound._BATCHERS  # closed after each test by ``sync``
 
 
 def _eval(client: redis.Redis, call: tuple[str, tuple[str, ...], tuple[object, ...]]) -> object:
@@ -200,47 +175,17 @@ async def test_two_nodes_recording_one_message_for_a_session_queue_it_once(
 # -- two nodes, one publisher that moves ----------------------------------------------------
 
 
-async def _node(server: RedisServer, sync: redis.Redis, node: tuple[str, int]) -> Broker:
-    """A cluster node's core with the Redis store and ``max_queued_writes`` 0 (held acks)."""
-    broker = Broker(CoreSettings(queues=QueueLimits(1000, 1 << 20, 1 << 24, 10)))
-    batcher = RedisBatcher(server.url)
-    await batcher.start()
-    _BATCHERS.append(batcher)
-    identity = NodeIdentity(node[0], node[1], online=True)
-    write_lease(sync, KEYS, *node)
-    broker.identity = identity
-    broker.store = RedisSessionStore(batcher, KEYS, identity, broker.sessions, broker.now)
-    broker.directory = RedisSessionDirectory(
-        batcher, KEYS, identity, lambda client_id: client_id in broker.sessions, broker.now
-    )
-    broker.acks = AckGate(broker.settings.limits.receive_maximum)
-    return broker
-
-
-async def _until(condition: Callable[[], bool]) -> None:
-    for _ in range(1000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("not reached within 5 s")
-
-
-async def _connect(broker: Broker, client_id: str) -> tuple[ClientConnection, SinkLink]:
-    props = Properties()
-    props.session_expiry_interval = 300
-    link = SinkLink()
-    conn = ClientConnection(broker, link, AnonymousAuthenticator(), AllowAll())
-    conn.handle(Connect(client_id=client_id, clean_start=False, properties=props))
-    await _until(lambda: conn.state == CONNECTED)
-    return conn, link
-
-
 class Client:
-    """A connection's packets, kept across reads."""
+    """A persistent session's connection to a node, and every packet it got."""
 
-    def __init__(self, conn: ClientConnection, link: SinkLink) -> None:
-        self.conn, self.link = conn, link
+    def __init__(self, broker: Broker, client_id: str) -> None:
+        self.broker, self.client_id = broker, client_id
+        self.link = SinkLink()
         self.seen: list[Packet] = []
+
+    async def connect(self) -> Client:
+        self.conn = await _connect(self.broker, self.link, client_id=self.client_id)
+        return self
 
     def read(self) -> list[Packet]:
         self.seen += self.link.packets()
@@ -253,11 +198,11 @@ class Client:
 async def _first_run(server: RedisServer, sync: redis.Redis) -> tuple[Client, Client]:
     """Node A: the subscriber subscribes, the publisher sends PUBLISH 5 and gets its PUBREC;
     the subscriber has the message. Then A dies (its lease is gone)."""
-    node_a = await _node(server, sync, A)
-    sub = Client(*await _connect(node_a, "sub"))
+    node_a, _ = await _broker(server, A, KEYS)
+    sub = await Client(node_a, "sub").connect()
     sub.conn.handle(Subscribe(1, [SubscriptionRequest("t", qos=2)]))
     await node_a.store.flush()  # type: ignore[union-attr]
-    pub = Client(*await _connect(node_a, "pub"))
+    pub = await Client(node_a, "pub").connect()
     pub.conn.handle(Publish("t", b"m1", qos=2, packet_id=5))
     await _until(lambda: Pubrec(5) in pub.read())
     assert sub.payloads() == [b"m1"]
@@ -266,9 +211,9 @@ async def _first_run(server: RedisServer, sync: redis.Redis) -> tuple[Client, Cl
 
 
 async def _moved_to_b(server: RedisServer, sync: redis.Redis) -> tuple[Broker, Client, Client]:
-    node_b = await _node(server, sync, B)
-    sub = Client(*await _connect(node_b, "sub"))
-    pub = Client(*await _connect(node_b, "pub"))
+    node_b, _ = await _broker(server, B, KEYS)
+    sub = await Client(node_b, "sub").connect()
+    pub = await Client(node_b, "pub").connect()
     return node_b, pub, sub
 
 
