@@ -438,12 +438,10 @@ def settle_and_check(
     logs: Callable[[], dict[str, str]],
     min_acked: int = 300,
     timeout: float = 30.0,
-    check_qos2_duplicates: bool = True,
 ) -> LedgerReport:
     """Wait for every acknowledged message (printing the report, and ``logs()`` when something
     is missing or a QoS 2 message came twice), stop the fleet, then assert: at least
-    ``min_acked`` acknowledged, 0 missing, 0 QoS 2 duplicates (unless not
-    ``check_qos2_duplicates``: the caller looks at them). Stop the nodes afterwards."""
+    ``min_acked`` acknowledged, 0 missing, 0 QoS 2 duplicates. Stop the nodes afterwards."""
     try:
         report = ledger.wait_delivered(timeout=timeout)
         print(f"checker: {report}; sessions lost {fleet.sessions_lost}")
@@ -454,7 +452,7 @@ def settle_and_check(
         fleet.stop()
     assert report.acked > min_acked, report
     assert report.missing == 0, report
-    assert report.qos2_duplicates == 0 or not check_qos2_duplicates, report
+    assert report.qos2_duplicates == 0, report
     return report
 
 

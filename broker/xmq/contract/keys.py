@@ -133,9 +133,17 @@ class ClusterKeys:
         """Set of inbound QoS 2 packet ids received but not yet released (PUBREL)."""
         return f"{self.prefix}session:qos2in:{client_id}"
 
+    def session_qos2_generations(self, client_id: str) -> str:
+        """Hash: inbound QoS 2 packet id -> how many times the session released it (PUBREL);
+        with the session's ``incarnation`` it makes the id of the message a PUBLISH with that
+        packet id carries (``core.inbound_ids``), the same on every node."""
+        return f"{self.prefix}session:qos2gen:{client_id}"
+
     def session_seen(self, client_id: str, record_id: str) -> str:
-        """String with a TTL: the forwarded message ``record_id`` (``<node>/<epoch>/f<n>``, no
-        ``:``) was queued for the session (``APPEND_IF_OWNER`` skips it from then on)."""
+        """String with a TTL: the message ``record_id`` (a forward id ``<node>/<epoch>/f<n>`` or an
+        inbound QoS 2 message id ``<incarnation>/q<packet id>.<generation>``, no ``:``) was
+        queued for the session (records and ``APPEND_IF_OWNER`` skip it from then on). Its
+        value names the run that wrote it (``<lease key>@<epoch>``; ``1`` from an append)."""
         return f"{self.prefix}session:seen:{_check_part('record id', record_id)}:{client_id}"
 
     # -- retained messages -----------------------------------------------------------------

@@ -17,6 +17,8 @@
   written only while the writing run holds its lease; else the error reply ``FENCED``.
 * :data:`FENCED_WRITES` — the same two writes for a whole batch: one lease check, then each
   write in order (the durable store sends one call per batcher flush).
+* :data:`RELEASE_INBOUND_ID` — an inbound QoS 2 packet id released: ``SREM`` and its release
+  count (generation) moved on, once (compare-and-set).
 * :data:`APPEND_IF_OWNER` — a publishing node appends a message to the Redis queue of a session
   whose owner it believes dead, only while the owner record still names that owner *and* that
   owner's run has no lease; otherwise the reply names the current owner (the message then goes
@@ -39,11 +41,13 @@ from xmq.contract.keys import ClusterKeys
 from xmq.contract.scripts import ScriptCall
 
 CLAIM_SESSION = """\
--- KEYS: 1 owner, 2 my node sessions, 3 orphaned, 4 subs, 5 queue, 6 inflight, 7 qos2in, 8 state
+-- KEYS: 1 owner, 2 my node sessions, 3 orphaned, 4 subs, 5 queue, 6 inflight, 7 qos2in, 8 state,
+--       9 qos2gen
 -- ARGV: 1 my node id, 2 my epoch, 3 key prefix, 4 clean start, 5 durable, 6 expected owner
 --       node ('' none), 7 expected owner epoch, 8 client id, 9 want state, 10 protocol
 --       version, 11 expiry interval, 12 the connecting identity ('' no check), 13 '1' refuse
---       a session of another identity ('0': start it clean)
+--       a session of another identity ('0': start it clean), 14 the incarnation a durable
+--       session starting now takes (one it has already is kept)
 local function lease_of(node, epoch)  -- the lease of that run of the node, or nil
   local lease = redis.call('GET', ARGV[3] .. 'node:lease:' .. node)
   if lease then
@@ -107,7 +111,8 @@ if not raw then
   -- a client id nobody owns has no stored state: the cheap path of most connects
   if ARGV[5] == '1' then
     redis.call('SADD', KEYS[2], ARGV[8])
-    redis.call('HSET', KEYS[8], 'protocol_version', ARGV[10], 'expiry_interval', ARGV[11])
+    redis.call('HSET', KEYS[8], 'protocol_version', ARGV[10], 'expiry_interval', ARGV[11],
+               'incarnation', ARGV[14])
     if ARGV[12] ~= '' then
       redis.call('HSET', KEYS[8], 'identity', ARGV[12])
     end
@@ -116,7 +121,7 @@ if not raw then
 end
 redis.call('SREM', KEYS[3], ARGV[8])
 if clean then
-  redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+  redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
 end
 local reply = {0}
 if not clean and ARGV[9] == '1' and redis.call('EXISTS', KEYS[8]) == 1 then
@@ -130,21 +135,26 @@ if ARGV[5] == '1' then
   if ARGV[12] ~= '' then
     redis.call('HSET', KEYS[8], 'identity', ARGV[12])
   end
+  redis.call('HSETNX', KEYS[8], 'incarnation', ARGV[14])
   redis.call('HDEL', KEYS[8], 'disconnected_at')
-  for i = 4, 8 do
+  for i = 4, 9 do
     redis.call('PERSIST', KEYS[i])  -- connected again: no expiry while the client is here
   end
 else
   redis.call('SREM', KEYS[2], ARGV[8])
   if not clean then
-    redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
+    redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
   end
+end
+if reply[1] == 1 then  -- what makes its inbound QoS 2 message ids (core.inbound_ids)
+  reply[9] = redis.call('HGET', KEYS[8], 'incarnation') or ''
+  reply[10] = redis.call('HGETALL', KEYS[9])
 end
 return reply
 """
 
 RELEASE_SESSION = """\
--- KEYS: 1 owner, 2 my node sessions, 3 subs, 4 queue, 5 inflight, 6 qos2in, 7 state
+-- KEYS: 1 owner, 2 my node sessions, 3 subs, 4 queue, 5 inflight, 6 qos2in, 7 state, 8 qos2gen
 -- ARGV: 1 my node id, 2 my epoch, 3 client id, 4 key prefix
 local lease = redis.call('GET', ARGV[4] .. 'node:lease:' .. ARGV[1])
 local ok_l, l = false, nil
@@ -163,7 +173,7 @@ if not ok or type(owner) ~= 'table' or owner['node_id'] ~= ARGV[1]
     or tonumber(owner['epoch']) ~= tonumber(ARGV[2]) then
   return 0
 end
-redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7])
+redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 redis.call('SREM', KEYS[2], ARGV[3])
 return 1
 """
@@ -228,11 +238,18 @@ FENCED_RECORD = (
 """
     + _WRITER_FENCE
     + """\
+local mine = KEYS[1] .. '@' .. ARGV[1]
+if KEYS[3] then
+  local was = redis.call('GET', KEYS[3])
+  if was and (ARGV[4] ~= '1' or was ~= mine) then
+    return 0  -- queued for the session already (by another node or path): not again
+  end
+end
 if ARGV[4] ~= '1' or not redis.call('LPOS', KEYS[2], ARGV[2]) then
   redis.call('RPUSH', KEYS[2], ARGV[2])
 end
 if KEYS[3] then
-  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+  redis.call('SET', KEYS[3], mine, 'PX', ARGV[3])
 end
 return 1
 """
@@ -254,6 +271,21 @@ return redis.call('SADD', KEYS[2], ARGV[2])
 its lease. A stale run's id would make the publisher's re-sent PUBLISH look handled on its next
 node (PUBREC without routing) although the message's records were fenced: lost."""
 
+RELEASE_INBOUND_ID = """\
+-- KEYS: 1 session:qos2in, 2 session:qos2gen; ARGV: 1 packet id, 2 its generation released
+if (tonumber(redis.call('HGET', KEYS[2], ARGV[1])) or 0) ~= tonumber(ARGV[2]) then
+  return 0  -- released already (a retry, or a stale node's late write): nothing changes
+end
+redis.call('HSET', KEYS[2], ARGV[1], tonumber(ARGV[2]) + 1)
+redis.call('SREM', KEYS[1], ARGV[1])
+return 1
+"""
+"""An inbound QoS 2 packet id released (PUBREL, or its PUBLISH refused): removed from
+``session:qos2in`` and its release count (generation) moved on, once: only when the count is
+still the one the releasing node read. The id's next message then has a new message id
+(``core.inbound_ids``); a stale node's late release of an earlier generation changes nothing,
+and a release retried after a lost connection neither."""
+
 FENCED_WRITES = (
     """\
 -- KEYS: 1 the writer's lease, then the queues, seen markers and qos2in sets named below
@@ -263,21 +295,25 @@ FENCED_WRITES = (
 """
     + _WRITER_FENCE
     + """\
+local mine = KEYS[1] .. '@' .. ARGV[1]  -- a marker this run wrote
 local out = {}
 local n = 0
 for i = 3, #ARGV, 4 do
   local key = KEYS[tonumber(ARGV[i + 1])]
   local value = ARGV[i + 2]
+  local marker = tonumber(ARGV[i + 3])
   n = n + 1
+  local was = marker > 0 and redis.call('GET', KEYS[marker])
   if ARGV[i] == 'i' then
     out[n] = redis.call('SADD', key, value)
+  elseif was and (ARGV[i] ~= 'R' or was ~= mine) then
+    out[n] = 0  -- queued for the session already (by another node or path): not again
   else
     if ARGV[i] ~= 'R' or not redis.call('LPOS', key, value) then
       redis.call('RPUSH', key, value)
     end
-    local marker = tonumber(ARGV[i + 3])
     if marker > 0 then
-      redis.call('SET', KEYS[marker], '1', 'PX', ARGV[2])
+      redis.call('SET', KEYS[marker], mine, 'PX', ARGV[2])
     end
     out[n] = 1
   end
@@ -288,7 +324,12 @@ return out
 """The records and inbound QoS 2 ids of one batch, in their order, in one call: the lease is
 checked once and the whole batch is refused (``FENCED``, nothing written) when the writing run
 holds none — the same fence as :data:`FENCED_RECORD` / :data:`FENCED_INBOUND_ID`, paid once per
-batch. The reply has one element per write (``1`` for a record, ``SADD``'s reply for an id)."""
+batch. The reply has one element per write (``1`` for a record, ``SADD``'s reply for an id).
+
+A record with a seen marker is pushed only when the marker does not exist (``0``: the message
+is queued for that session already — another node recorded it, or it came here twice); a
+write sent again after a lost connection (``R``) finds its own marker (the run's lease key and
+epoch) and is pushed only when not there."""
 
 FencedWrite = tuple[str, str, bytes | str, str]
 """One write of :data:`FENCED_WRITES`: (``'r'`` a record or ``'i'`` an inbound id, its key —
@@ -346,6 +387,10 @@ class StoredSession:
     queue: list[bytes] = field(default_factory=list)
     inflight: dict[str, bytes] = field(default_factory=dict)
     inbound_qos2: list[int] = field(default_factory=list)
+    incarnation: str = ""
+    """The session's incarnation (``''``: stored by a node of the version before it)."""
+    inbound_generations: dict[int, int] = field(default_factory=dict)
+    """Inbound QoS 2 packet id -> times released (only ids released at least once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,11 +414,14 @@ class ClaimReply:
         if outcome == ClaimOutcome.OWNED_ELSEWHERE:
             return cls(outcome, node, epoch, address)
         subs, queue, inflight, qos2 = reply[4], reply[5], reply[6], reply[7]
+        generations = reply[9] if len(reply) > 9 else []
         stored = StoredSession(
             {_text(k): _raw(v) for k, v in zip(subs[::2], subs[1::2], strict=True)},
             [_raw(item) for item in queue],
             {_text(k): _raw(v) for k, v in zip(inflight[::2], inflight[1::2], strict=True)},
             sorted(int(item) for item in qos2),
+            _text(reply[8]) if len(reply) > 8 else "",
+            {int(k): int(v) for k, v in zip(generations[::2], generations[1::2], strict=True)},
         )
         return cls(outcome, node, epoch, address, stored)
 
@@ -397,6 +445,7 @@ def _state_keys(keys: ClusterKeys, client_id: str) -> tuple[str, ...]:
         keys.session_inflight(client_id),
         keys.session_qos2_inbound(client_id),
         keys.session_state(client_id),
+        keys.session_qos2_generations(client_id),
     )
 
 
@@ -414,11 +463,13 @@ def claim_session(
     expected: tuple[str, int] | None = None,
     identity: str = "",
     refuse_foreign: bool = True,
+    incarnation: str = "",
 ) -> ScriptCall:
     """The :data:`CLAIM_SESSION` call of one CONNECT.
 
     ``identity``: who connects (stored with the session; ``''``: no identity check);
-    ``refuse_foreign``: another identity's session is refused (else started clean).
+    ``refuse_foreign``: another identity's session is refused (else started clean);
+    ``incarnation``: the one a durable session starting now (new, or started clean) takes.
     """
     exp_node, exp_epoch = expected if expected is not None else ("", 0)
     return ScriptCall(
@@ -443,6 +494,7 @@ def claim_session(
             str(expiry_interval),
             identity,
             "1" if refuse_foreign else "0",
+            incarnation,
         ),
     )
 
@@ -525,6 +577,18 @@ def fenced_inbound_id(
         FENCED_INBOUND_ID,
         (keys.lease(writer[0]), keys.session_qos2_inbound(client_id)),
         (str(writer[1]), str(packet_id)),
+    )
+
+
+def release_inbound_id(
+    keys: ClusterKeys, client_id: str, packet_id: int, generation: int
+) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
+    """Script, keys and arguments of :data:`RELEASE_INBOUND_ID` (``generation``: the times
+    the id was released before this release)."""
+    return (
+        RELEASE_INBOUND_ID,
+        (keys.session_qos2_inbound(client_id), keys.session_qos2_generations(client_id)),
+        (str(packet_id), str(generation)),
     )
 
 

@@ -183,7 +183,7 @@ class Broker(AuthEvents):
                 if self.store is not None and terms.session_expiry_s:
                     session.store = self.store
                 apply_restored(self, session, restored)
-                present = True
+                present = restored.stored  # else only its inbound ids' incarnation
         else:
             session = existing
             present = True

@@ -22,6 +22,7 @@ from xmq.core.cluster_ports import (
     ForeignSessionError,
     RestoredSession,
 )
+from xmq.core.inbound_ids import InboundMessageIds
 from xmq.core.session import Session, Subscription
 
 if TYPE_CHECKING:
@@ -86,8 +87,13 @@ async def claim_cluster_wide(
         if result.outcome == ClaimOutcome.FOREIGN:
             raise ForeignSessionError(f"client id {client_id!r} is another user's session")
         if result.outcome != ClaimOutcome.OWNED_ELSEWHERE:
+            fresh = result.restored is None and result.incarnation
+            if fresh and terms.clean_start:  # a durable session starts (replacing any)
+                return RestoredSession(incarnation=result.incarnation, stored=False)
             if broker.sessions.get(client_id) is not None:
                 return None  # the in-memory session is newer than any stored copy
+            if fresh:  # a durable session starts
+                return RestoredSession(incarnation=result.incarnation, stored=False)
             return result.restored
         rounds += 1
         cluster = broker.cluster
@@ -127,6 +133,10 @@ def apply_restored(broker: Broker, session: Session, restored: RestoredSession) 
         session.queue_restored(delivery)
     if restored.inbound_qos2:
         session.inbound_for_update().update(restored.inbound_qos2)
+    if restored.incarnation:  # its inbound QoS 2 messages' ids, the same on every node
+        session.inbound_ids = InboundMessageIds(
+            restored.incarnation, dict(restored.inbound_generations), restored.inbound_qos2
+        )
     store = session.store
     if store is not None:  # the forwarded ones among them count as recorded here
         store.restored(session, chain(restored.inflight.values(), restored.queued))

@@ -79,6 +79,13 @@ class RestoredSession:
     queued: list[Delivery] = field(default_factory=list)
     inflight: dict[int, Delivery] = field(default_factory=dict)
     inbound_qos2: set[int] = field(default_factory=set)
+    incarnation: str = ""
+    """What the session's inbound QoS 2 message ids start with (``core.inbound_ids``; ``''``:
+    none, a session that is not durable)."""
+    inbound_generations: dict[int, int] = field(default_factory=dict)
+    """Inbound QoS 2 packet id -> times the session released it."""
+    stored: bool = True
+    """False: nothing was stored (a durable session starting now); only its incarnation."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +93,9 @@ class ClaimResult:
     outcome: ClaimOutcome
     owner: tuple[str, int] = ("", 0)
     restored: RestoredSession | None = None
+    incarnation: str = ""
+    """A claimed durable session's incarnation (``core.inbound_ids``): the stored one, or the
+    one it started with now."""
 
 
 class SessionDirectory(Protocol):
@@ -145,10 +155,12 @@ class DurableContext:
     made with this context holds it until Redis has answered.
 
     ``forward_id``: set while a message that came over a node link (PUBLISH or DIRECT) is
-    delivered here: its cluster-wide id (``Message.forward_id``), which a non-shared record
-    takes as its record id, with a ``session:seen`` marker written in the same pipeline.
-    ``''`` for a local publish, and for any other delivery of a forwarded message (a
-    retained one on subscribe, a shared one): those records get ids of their own.
+    delivered here, and while a persistent session's QoS 2 PUBLISH is routed on its node:
+    its cluster-wide id (``Message.forward_id``; ``core.inbound_ids``), which a non-shared
+    record takes as its record id, with a ``session:seen`` marker written in the same call
+    (a session whose marker of it exists does not queue it again). ``''`` for any other
+    local publish, and for any other delivery of a forwarded message (a retained one on
+    subscribe, a shared one): those records get ids of their own.
     """
 
     __slots__ = ("forward_id", "hold")
@@ -182,7 +194,9 @@ class DurableStore(Protocol):
 
         ``context.hold`` (when set) is held until the record is written (failed when it is
         given up); ``context.forward_id`` (when set, for a non-shared delivery) is the
-        record's id, and a session that has a record of it from this node already gets none.
+        record's id, and a session that has a record of it already (from this node, or
+        queued by any node while its marker lives) gets none: it counts as delivered but is
+        neither queued nor sent again.
         """
         ...
 
@@ -205,10 +219,17 @@ class DurableStore(Protocol):
         is neither recorded nor delivered again."""
 
     def inbound_changed(
-        self, session: Session, packet_id: int, added: bool, hold: DurableHold | None
+        self,
+        session: Session,
+        packet_id: int,
+        added: bool,
+        hold: DurableHold | None,
+        generation: int | None = None,
     ) -> None:
         """An inbound QoS 2 packet id was received (added) or released; ``hold`` (the
-        PUBREC / PUBCOMP waiting for it), when set, is held until the change is written."""
+        PUBREC / PUBCOMP waiting for it), when set, is held until the change is written.
+        ``generation``: a released id's release count before this release
+        (``core.inbound_ids``; ``None``: the session has no inbound message ids)."""
 
     def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
         """A subscription was added or replaced (``sub``) or removed (``None``)."""

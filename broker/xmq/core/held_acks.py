@@ -16,7 +16,8 @@ takes one back (``undelivered``), so a message dropped everywhere for a quota ge
 on one node, and a QoS 2 one's packet id is forgotten with its PUBREC 0x97.
 
 A persistent session's PUBCOMP (inbound QoS 2) is held the same way (``complete``) until Redis
-has answered the ``SREM session:qos2in`` of its packet id: a client that has its PUBCOMP may
+has answered the ``SREM session:qos2in`` of its packet id (``RELEASE_INBOUND_ID``, which also
+moves the id's generation on: ``core.inbound_ids``): a client that has its PUBCOMP may
 reuse the id at once, and a node resuming the session after a kill -9 must not hold it still
 (it would take the new message for a re-send of the old one). A PUBREL re-sent meanwhile (after
 a reconnect) gets that PUBCOMP when the id is removed, as a re-sent PUBLISH gets its PUBREC.

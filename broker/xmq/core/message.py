@@ -37,7 +37,9 @@ class Message:
     """Broker-clock second at which the message expires (``None``: never)."""
     forward_id: str
     """The message's cluster-wide id (``<node>/<epoch>/f<n>``) once it has crossed a node link
-    (as sent, or as received); ``''`` before that, and always without a cluster."""
+    (as sent, or as received), or from the start a persistent session's inbound QoS 2 message
+    id (``<incarnation>/q<packet id>.<generation>``, ``core.inbound_ids``: the same when the
+    PUBLISH is sent again to any node); ``''`` otherwise, and always without a cluster."""
     queued_refs: int
     """Queued deliveries of this message, unset until the first (see ``core.memory_cost``)."""
 

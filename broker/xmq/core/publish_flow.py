@@ -119,10 +119,16 @@ def route_publish(
     if qos == 2:
         if packet_id in session.inbound_qos2:  # a re-sent QoS 2 PUBLISH
             gate = broker.acks
-            if gate is None or not gate.resent(conn, session.client_id, packet_id):
+            if gate is not None and gate.resent(conn, session.client_id, packet_id):
+                return  # its PUBREC is still held: it goes to this connection
+            message_ids = session.inbound_ids
+            if gate is None or message_ids is None or not message_ids.route_again(packet_id):
                 conn.link.write(_PUBREC + packet_id.to_bytes(2, "big"))
-            return
-        if len(session.inbound_qos2) >= limits.receive_maximum:
+                return
+            # received by another node (a claim read its id back): routed again, under the
+            # same message id, which each destination session's record ignores if it has it
+            # (core.inbound_ids) — its records may have been refused while its id was written
+        elif len(session.inbound_qos2) >= limits.receive_maximum:
             conn.close_with(ReasonCode.RECEIVE_MAXIMUM_EXCEEDED, "receive maximum exceeded")
             return
     if not conn.acl.can_publish(topic, qos, retain):
@@ -211,8 +217,12 @@ def _route_held(
     broker = conn.broker
     quota_drops = broker.stats.quota_drops
     if qos == 2:
+        message_ids = session.inbound_ids
+        if message_ids is not None:  # the same id on every node it may be sent to again
+            message.forward_id = message_ids.message_id(packet_id)
         session.inbound_received(packet_id, held)  # a persistent session's id: recorded
-    context = DurableContext(held)  # every durable record of this message holds the ack
+    # every durable record of this message holds the ack (and takes its id, when it has one)
+    context = DurableContext(held, message.forward_id)
     if sampled:
         started = perf_counter()
         delivered = broker.publish(message, context)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
     from xmq.core.cluster_ports import DurableHold, DurableStore
     from xmq.core.connection import ClientConnection
+    from xmq.core.inbound_ids import InboundMessageIds
     from xmq.core.stats import BrokerStats
 
 _NO_IDS: tuple[int, ...] = ()
@@ -132,6 +133,7 @@ class Session:
         "connection",
         "expiry_handle",
         "expiry_s",
+        "inbound_ids",
         "inbound_qos2",
         "inflight",
         "limits",
@@ -157,6 +159,8 @@ class Session:
         self.queue: DeliveryQueue = NOTHING_QUEUED  # allocated on first use
         self.queued_bytes = 0
         self.inbound_qos2: set[int] = NO_INBOUND_IDS  # allocated on first use
+        # a persistent session in a cluster: its inbound QoS 2 message ids (core.inbound_ids)
+        self.inbound_ids: InboundMessageIds | None = None
         self.packet_ids = PacketIdAllocator()
         self.expiry_s = expiry_s
         self.expiry_handle: TimerHandle | None = None
@@ -336,9 +340,11 @@ class Session:
         ids = self.inbound_qos2
         if packet_id in ids:
             ids.discard(packet_id)
+            message_ids = self.inbound_ids
+            generation = message_ids.released(packet_id) if message_ids is not None else None
             store = self.store
             if store is not None:
-                store.inbound_changed(self, packet_id, False, hold)
+                store.inbound_changed(self, packet_id, False, hold, generation)
 
     def _send_new(self, conn: ClientConnection, delivery: Delivery, now: float) -> bool:
         packet_id = self.packet_ids.allocate(self.inflight)

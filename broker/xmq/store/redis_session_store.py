@@ -29,7 +29,12 @@ the node that first forwarded it), passed to ``record`` as ``DurableContext.forw
 that message is routed here. Its non-shared records take that id as their record id and
 each writes ``session:seen:<id>:<client id>`` (``SET ... PX``, in the same ``FENCED_WRITES``
 call, right after the ``RPUSH``): a sender that replays the message after this node died
-(``APPEND_IF_OWNER``) finds the marker and does not queue it twice.
+(``APPEND_IF_OWNER``) finds the marker and does not queue it twice. A persistent session's
+inbound QoS 2 PUBLISH carries such an id from its first routing (``core.inbound_ids``), so the
+same PUBLISH sent again to any node maps to it: a record whose marker exists is not pushed
+(the script answers ``0``) and its delivery is dropped (``duplicates``), while the hold is
+released — the session has the message. An inbound id's release moves the id's generation
+on in the same script as its ``SREM`` (``RELEASE_INBOUND_ID``).
 """
 
 from __future__ import annotations
@@ -47,8 +52,10 @@ from xmq.contract.session_scripts import (
     FORWARDED_SEEN_TTL_MS,
     AppendOutcome,
     append_if_owner,
+    release_inbound_id,
 )
 from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, SubscriptionSpec
+from xmq.core.inbound_ids import is_derived_id
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
@@ -116,6 +123,7 @@ class RedisSessionStore:
         self.unwritten = 0
         self.records = 0
         self.failed = 0  # writes given up (their acks were refused)
+        self.duplicates = 0  # records not made: the session had the message's id queued
         self._ids = itertools.count(1)
         self._paused: set[ClientConnection] = set()
         self.seen_ttl_ms = seen_ttl_ms
@@ -155,11 +163,15 @@ class RedisSessionStore:
     ) -> bool:
         message = delivery.message
         forward_id = context.forward_id
+        mark: tuple[str, str] | None = None
         if forward_id and delivery.share is None:
             mark = (session.client_id, forward_id)
             recent = self._recent
             if mark in recent:
-                return False  # recorded here for this session already (it came two ways)
+                # recorded here for this session already (it came two ways, or was sent
+                # again): the session has it, which counts as delivered, but not twice
+                self.duplicates += 1
+                return True
             recent.add(mark)
             order = self._recent_order
             order.append(mark)
@@ -182,13 +194,18 @@ class RedisSessionStore:
                 self._written()
                 if isinstance(reply, BaseException):  # given up: no ack, no delivery
                     self.failed += 1
+                    if mark is not None:  # not recorded: the message may come again
+                        self._recent.discard(mark)
                     if "FENCED" not in str(reply):  # (fenced: said once by the batcher)
                         log.error("record for %r not written: %r", session.client_id, reply)
                     if hold is not None:
                         hold.fail()
                     return
                 if hold is not None:
-                    hold.release()  # written: the publisher's ack may go
+                    hold.release()  # written (or queued before): the publisher's ack may go
+                if reply == 0:  # its seen marker exists: queued for the session already
+                    self.duplicates += 1
+                    return
                 if session.store is self:
                     session.deliver_recorded(delivery, self.clock())
 
@@ -293,7 +310,7 @@ class RedisSessionStore:
             if raw is None:
                 continue
             record_id = record_id_of(raw).decode()
-            if record_id.rpartition("/")[2].startswith("f"):  # a forward id: <node>/<epoch>/f<n>
+            if is_derived_id(record_id):  # a forward id or an inbound QoS 2 message id
                 self._remember((client_id, record_id))
 
     def _remember(self, mark: tuple[str, str]) -> None:
@@ -308,7 +325,12 @@ class RedisSessionStore:
             recent.discard(order.popleft())
 
     def inbound_changed(
-        self, session: Session, packet_id: int, added: bool, hold: DurableHold | None
+        self,
+        session: Session,
+        packet_id: int,
+        added: bool,
+        hold: DurableHold | None,
+        generation: int | None = None,
     ) -> None:
         key = self.keys.session_qos2_inbound(session.client_id)
         callback = None
@@ -324,7 +346,12 @@ class RedisSessionStore:
                 callback or _ignore,
             )
             return
-        self.batcher.command("SREM", key, packet_id, callback=callback)
+        if generation is None:  # a session without inbound message ids
+            self.batcher.command("SREM", key, packet_id, callback=callback)
+            return
+        # removed, and its release count moved on (the id's next message is a new one): once
+        script, keys, args = release_inbound_id(self.keys, session.client_id, packet_id, generation)
+        self.batcher.script(script, keys, args, callback=callback)
 
     def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
         subs_key = self.keys.session_subscriptions(session.client_id)
@@ -359,6 +386,7 @@ class RedisSessionStore:
             keys.session_queue(client_id),
             keys.session_inflight(client_id),
             keys.session_qos2_inbound(client_id),
+            keys.session_qos2_generations(client_id),
         ):
             self.batcher.command("EXPIRE", key, ttl)
 

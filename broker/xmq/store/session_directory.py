@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable
 
 from xmq.contract.keys import ClusterKeys
@@ -120,6 +121,8 @@ def restore(stored: StoredSession, now: float) -> RestoredSession:
                 continue
         restored.queued.append(delivery)
     restored.inbound_qos2.update(stored.inbound_qos2)
+    restored.incarnation = stored.incarnation
+    restored.inbound_generations.update(stored.inbound_generations)
     return restored
 
 
@@ -169,6 +172,7 @@ class RedisSessionDirectory:
             expected=expected,
             identity=identity,
             refuse_foreign=refuse_foreign,
+            incarnation=(incarnation := secrets.token_hex(8)),  # a session starting now
         )
         self.claims += 1
         try:
@@ -186,8 +190,12 @@ class RedisSessionDirectory:
         restored = None
         if parsed.stored is not None:
             restored = restore(parsed.stored, self.clock())
+            incarnation = restored.incarnation
         return ClaimResult(
-            _OUTCOMES[parsed.outcome], (parsed.owner_node, parsed.owner_epoch), restored
+            _OUTCOMES[parsed.outcome],
+            (parsed.owner_node, parsed.owner_epoch),
+            restored,
+            incarnation if durable else "",
         )
 
     def release(self, client_id: str) -> None:

@@ -35,8 +35,15 @@ from xmq.codec.packets import (
 )
 from xmq.codec.properties import Properties
 from xmq.contract import ClusterKeys
+from xmq.contract.session_scripts import RELEASE_INBOUND_ID
+from xmq.store.redis_batcher import script_sha
 
-SREM_INBOUND = rb"\$4\r\nSREM\r\n\$\d+\r\n[^\r]*session:qos2in:[^\r]*\r\n"
+SREM_INBOUND = (
+    rb"\$7\r\nEVALSHA\r\n\$40\r\n"
+    + script_sha(RELEASE_INBOUND_ID).encode()
+    + rb"\r\n\$1\r\n2\r\n\$\d+\r\n[^\r]*session:qos2in:[^\r]*\r\n"
+)
+"""The release of an inbound QoS 2 id (``RELEASE_INBOUND_ID``: its ``SREM`` and generation)."""
 
 
 def _read(client: RawClient, seconds: float) -> list[Packet]:

@@ -120,15 +120,14 @@ def test_redis_paused_shorter_than_the_lease(aof_redis: RedisServer, uid: str) -
     _finish(*_run_fault(aof_redis, uid, lease_ttl_s=4.0, fault=1.5))
 
 
-@pytest.mark.xfail(
-    reason="known race (issue 12, docs/cluster.md Limits): with records and inbound QoS 2 ids "
-    "fenced, 9 of 14 runs were clean; 4 lost 1 of ~1,262 and one had 1 QoS 2 duplicate, each "
-    "the message published at the instant Redis stopped (its inbound id and its record go on "
-    "two nodes' connections, one applied before the stop, the other fenced after it). Before "
-    "the fencing: 3-6 missing in 1 of 3 runs; before the node-side fixes: 46 missing, 28 dups",
-    strict=False,
-)
 def test_redis_paused_longer_than_the_lease(aof_redis: RedisServer, uid: str) -> None:
     """The nodes go offline (their lease expired in the pause) and rejoin under a new epoch;
-    nothing acknowledged is lost, no QoS 2 message comes twice."""
+    nothing acknowledged is lost, no QoS 2 message comes twice.
+
+    The message published at the instant Redis stops has its inbound QoS 2 id and its record
+    on two nodes' Redis connections: one can be applied before the stop and the other fenced
+    after it. The publisher's re-sent PUBLISH carries the same message id on every node
+    (``core.inbound_ids``): routed again when its id was written (where its record was too,
+    a no-op), routed as new when its id was not (a no-op where it was recorded). Before it, 5
+    of 14 runs lost 1 of ~1,262 or had 1 QoS 2 duplicate (the test was xfail)."""
     _finish(*_run_fault(aof_redis, uid, lease_ttl_s=2.0, fault=5.0, load_s=9.0))

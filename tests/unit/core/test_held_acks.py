@@ -135,7 +135,12 @@ class FakeStore:
                 hold.release()
 
     def inbound_changed(
-        self, session: Session, packet_id: int, added: bool, hold: DurableHold | None
+        self,
+        session: Session,
+        packet_id: int,
+        added: bool,
+        hold: DurableHold | None,
+        generation: int | None = None,
     ) -> None:
         self.inbound.append((packet_id, hold))
 

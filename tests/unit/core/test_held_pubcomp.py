@@ -24,7 +24,12 @@ class FakeStore:
         self.pending: list[tuple[int, bool, DurableHold]] = []
 
     def inbound_changed(
-        self, session: Session, packet_id: int, added: bool, hold: DurableHold | None
+        self,
+        session: Session,
+        packet_id: int,
+        added: bool,
+        hold: DurableHold | None,
+        generation: int | None = None,
     ) -> None:
         if hold is not None:
             hold.hold()

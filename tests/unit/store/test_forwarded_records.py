@@ -147,7 +147,9 @@ async def test_a_message_reaching_a_session_twice_on_one_node_is_recorded_once(
     session = _session(node_b, "sub")
     message = _forwarded(b"1", "a-0/7/f1")
     assert _received(session, message)  # over a PUBLISH frame
-    assert not _received(session, message)  # and relayed as DIRECT during a takeover
+    # and relayed as DIRECT during a takeover: the session has it (a delivery), not recorded
+    assert _received(session, message)
+    assert node_b.duplicates == 1
     await node_b.flush()
     assert sync.llen(KEYS.session_queue("sub")) == 1
     assert sync.exists(KEYS.session_seen("sub", "a-0/7/f1"))
@@ -185,7 +187,8 @@ async def test_a_copy_handed_on_into_the_queue_before_the_claim_is_delivered_onc
     session = _session(node_b, "sub")
     apply_restored(Broker(CoreSettings()), session, claimed.restored)
     assert [d.message.payload for d in session.queue] == [b"1"]
-    assert not _received(session, _forwarded(b"1", "a-0/7/f1"))  # the third node's copy
+    assert _received(session, _forwarded(b"1", "a-0/7/f1"))  # the third node's copy: it has it
+    assert node_b.duplicates == 1
     await node_b.flush()
     assert [r.record_id for r in _queued(sync, "sub")] == ["a-0/7/f1"]
     assert [d.message.payload for d in session.queue] == [b"1"]

@@ -81,20 +81,22 @@ class WatchingLink(SinkLink):
             self.pubcomps.append((packet_id, stored))
 
 
-async def _broker(server: RedisServer) -> tuple[Broker, RedisSessionStore]:
+async def _broker(
+    server: RedisServer, node: tuple[str, int] = ("a-0", 3), keys: ClusterKeys = KEYS
+) -> tuple[Broker, RedisSessionStore]:
     """A cluster node's core with the Redis store and ``max_queued_writes`` 0 (held acks)."""
     broker = Broker(CoreSettings(queues=QueueLimits(1000, 1 << 20, 1 << 24, 10)))
     batcher = RedisBatcher(server.url)
     await batcher.start()
     _BATCHERS.append(batcher)
-    identity = NodeIdentity("a-0", 3, online=True)
+    identity = NodeIdentity(*node, online=True)
     with server.client() as sync:
-        write_lease(sync, KEYS, "a-0", 3)  # its claims carry this run's fencing token
-    store = RedisSessionStore(batcher, KEYS, identity, broker.sessions, broker.now)
+        write_lease(sync, keys, *node)  # its claims carry this run's fencing token
+    store = RedisSessionStore(batcher, keys, identity, broker.sessions, broker.now)
     broker.identity = identity
     broker.store = store
     broker.directory = RedisSessionDirectory(
-        batcher, KEYS, identity, lambda client_id: client_id in broker.sessions, broker.now
+        batcher, keys, identity, lambda client_id: client_id in broker.sessions, broker.now
     )
     broker.acks = AckGate(broker.settings.limits.receive_maximum)
     return broker, store
