@@ -31,7 +31,7 @@ from xmq.codec.packets import (
 )
 from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import DISCONNECT_REASONS, ReasonCode
-from xmq.codec.writer import encode
+from xmq.codec.writer import PINGRESP_BYTES, encode
 from xmq.core.auth_ports import AllowAll, Authenticator, AuthExchange, Authorizer, ClientAcl
 from xmq.core.connection_states import (
     AUTHENTICATING,
@@ -62,7 +62,6 @@ _AS_DISCONNECT: dict[int, int] = {
     ReasonCode.BAD_AUTHENTICATION_METHOD: ReasonCode.NOT_AUTHORIZED,
 }
 
-_PINGRESP = b"\xd0\x00"
 MAX_HELD_PACKETS = 1024
 """Packets a client may pipeline after its CONNECT, held until the CONNACK."""
 MAX_PENDING_BEFORE_CONNACK = 65_536
@@ -378,7 +377,7 @@ class ClientConnection:
 
 
 def _on_pingreq(conn: ClientConnection, packet: Pingreq) -> None:
-    conn.link.write(_PINGRESP)
+    conn.link.write(PINGRESP_BYTES)
 
 
 def _on_disconnect(conn: ClientConnection, packet: Disconnect) -> None:

@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from xmq.codec.writer import pubrel_bytes
+
 if TYPE_CHECKING:
     from xmq.core.session import Delivery, Session
 
@@ -28,8 +30,6 @@ WAITING = 1
 """Its PUBLISH (PUBREL once released) waits for the store to answer the write of its state."""
 READY = 2
 """The store answered: the write waits only for the writes owed before it (or a connection)."""
-
-PUBREL_HEAD = b"\x62\x02"
 
 
 def owe(session: Session, delivery: Delivery, now: float, release: bool) -> None:
@@ -68,7 +68,7 @@ def write_due(session: Session, now: float) -> bool:
         if inflight.get(packet_id) is not delivery:
             continue  # acknowledged, taken back or dropped meanwhile
         if delivery.released:
-            conn.link.write(PUBREL_HEAD + packet_id.to_bytes(2, "big"))
+            conn.link.write(pubrel_bytes(packet_id, 0, conn.version))
         elif not conn.send_publish(
             delivery.message,
             delivery.qos,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xmq.codec.packets import Will
+from xmq.codec.writer import pubrel_bytes
 from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
 from xmq.core.delivery_queue import Delivery as Delivery
 from xmq.core.delivery_queue import DeliveryQueue, queued_cost
@@ -26,7 +27,7 @@ from xmq.core.memory_cost import (
     would_hold,
 )
 from xmq.core.message import Message
-from xmq.core.owed_writes import PUBREL_HEAD, READY, WAITING, owe, write_due
+from xmq.core.owed_writes import READY, WAITING, owe, write_due
 from xmq.protocol.packet_ids import PacketIdAllocator
 
 if TYPE_CHECKING:
@@ -411,7 +412,7 @@ class Session:
         if store is not None:
             store.released(self, delivery)
         if self.connection is not None:
-            self.connection.link.write(PUBREL_HEAD + packet_id.to_bytes(2, "big"))
+            self.connection.link.write(pubrel_bytes(packet_id, 0, self.connection.version))
         return True
 
     def state_recorded(self, delivery: Delivery, now: float) -> None:
@@ -427,7 +428,7 @@ class Session:
             if delivery.owed:
                 continue  # never written: it goes in its turn (write_due)
             if delivery.released:
-                conn.link.write(PUBREL_HEAD + packet_id.to_bytes(2, "big"))
+                conn.link.write(pubrel_bytes(packet_id, 0, conn.version))
             elif delivery.qos == 1 and delivery.message.expired(now):
                 # a QoS 2 PUBLISH once sent is not expired (MQTT-4.3.3-7)
                 del self.inflight[packet_id]
