@@ -48,6 +48,7 @@ from xmq.core.retained_feed import RetainedFeed
 from xmq.core.session import Session
 from xmq.core.subscribe_flow import handle_subscribe, handle_unsubscribe
 from xmq.protocol.connect_terms import ConnectTerms
+from xmq.protocol.outbound_qos import VIOLATION
 from xmq.protocol.topic_aliases import InboundTopicAliases, OutboundTopicAliases
 
 if TYPE_CHECKING:
@@ -222,9 +223,11 @@ class ClientConnection:
         if session is None:
             return
         now = self.last_seen  # the adapter stamped it with the loop's time for this read
-        acknowledge = session.acknowledge
+        on_puback = session.on_puback
         for packet_id in packet_ids:
-            acknowledge(packet_id, now)
+            if on_puback(packet_id, now) == VIOLATION:
+                self.close_with(ReasonCode.PROTOCOL_ERROR, "PUBACK for a QoS 2 message")
+                return
 
     @property
     def client_id(self) -> str:

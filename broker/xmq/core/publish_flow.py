@@ -14,6 +14,7 @@ from xmq.codec.writer import puback_bytes, pubcomp_bytes, pubrec_bytes, pubrel_b
 from xmq.core.cluster_ports import DurableContext
 from xmq.core.held_acks import AckGate, HeldAck
 from xmq.core.message import EncodedPublish, Message
+from xmq.protocol.outbound_qos import NOT_FOUND, VIOLATION
 from xmq.routing.topics import TopicError, has_wildcard, validate_topic_name
 
 if TYPE_CHECKING:
@@ -254,17 +255,21 @@ def _refuse_publish(conn: ClientConnection, qos: int, packet_id: int, reason: in
 def on_puback(conn: ClientConnection, packet: Puback) -> None:
     session = conn.session
     if session is not None:
-        session.acknowledge(packet.packet_id, conn.broker.now())
+        action = session.on_puback(packet.packet_id, conn.broker.now())
+        if action == VIOLATION:
+            conn.close_with(ReasonCode.PROTOCOL_ERROR, "PUBACK for a QoS 2 message")
 
 
 def on_pubrec(conn: ClientConnection, packet: Pubrec) -> None:
     session = conn.session
     if session is None:
         return
-    if packet.reason_code >= 0x80:
-        session.acknowledge(packet.packet_id, conn.broker.now())
-    elif not session.received(packet.packet_id, conn.broker.now()):  # it writes the PUBREL
+    # the session writes the PUBREL (or owes it)
+    action = session.on_pubrec(packet.packet_id, packet.reason_code, conn.broker.now())
+    if action == NOT_FOUND:
         conn.link.write(pubrel_bytes(packet.packet_id, _NOT_FOUND, conn.version))
+    elif action == VIOLATION:
+        conn.close_with(ReasonCode.PROTOCOL_ERROR, "PUBREC for a QoS 1 message")
 
 
 def on_pubrel(conn: ClientConnection, packet: Pubrel) -> None:
@@ -290,4 +295,6 @@ def on_pubrel(conn: ClientConnection, packet: Pubrel) -> None:
 def on_pubcomp(conn: ClientConnection, packet: Pubcomp) -> None:
     session = conn.session
     if session is not None:
-        session.acknowledge(packet.packet_id, conn.broker.now())
+        action = session.on_pubcomp(packet.packet_id, conn.broker.now())
+        if action == VIOLATION:
+            conn.close_with(ReasonCode.PROTOCOL_ERROR, "PUBCOMP before PUBREC, or for QoS 1")
