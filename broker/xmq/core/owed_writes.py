@@ -34,11 +34,11 @@ from xmq.protocol.outbound_qos import (
 )
 
 if TYPE_CHECKING:
-    from xmq.core.connection import ClientConnection
+    from xmq.core.ports import SessionClient
     from xmq.core.session import Delivery, Session
 
 
-def write(conn: ClientConnection, delivery: Delivery, action: int, now: float) -> bool:
+def write(conn: SessionClient, delivery: Delivery, action: int, now: float) -> bool:
     """Write what ``action`` (``WRITE_PUBLISH``, ``WRITE_PUBLISH_DUP``, ``WRITE_PUBREL``) says
     for ``delivery``; False when its PUBLISH exceeds the client's Maximum Packet Size."""
     if action == WRITE_PUBREL:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from asyncio import TimerHandle
 
     from xmq.core.cluster_ports import DurableHold, DurableStore
-    from xmq.core.connection import ClientConnection
+    from xmq.core.ports import SessionClient
     from xmq.core.stats import BrokerStats
 
 _NO_IDS: tuple[int, ...] = ()
@@ -162,7 +162,7 @@ class Session:
         self, client_id: str, limits: QueueLimits, stats: BrokerStats, expiry_s: int = 0
     ) -> None:
         self.client_id = client_id
-        self.connection: ClientConnection | None = None
+        self.connection: SessionClient | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self.inflight: dict[int, Delivery] = {}
         self.queue: DeliveryQueue = NOTHING_QUEUED  # allocated on first use
@@ -237,7 +237,7 @@ class Session:
             return self._send_new(conn, delivery, now)
         return self._enqueue(delivery)
 
-    def _goes_out_now(self, conn: ClientConnection) -> bool:
+    def _goes_out_now(self, conn: SessionClient) -> bool:
         """A new delivery would be written now, not queued (``deliver`` inlines this)."""
         return (
             not self.queue.words
@@ -350,7 +350,7 @@ class Session:
             if store is not None:
                 store.inbound_changed(self, packet_id, False, hold)
 
-    def _send_new(self, conn: ClientConnection, delivery: Delivery, now: float) -> bool:
+    def _send_new(self, conn: SessionClient, delivery: Delivery, now: float) -> bool:
         packet_id = self.packet_ids.allocate(self.inflight)
         store = self.store
         action = delivery.start(packet_id, hold_for(self, delivery) if store is not None else 0)
@@ -442,7 +442,7 @@ class Session:
         if delivery.recorded() and write_due(self, now):
             self.pump(now)
 
-    def resend_inflight(self, conn: ClientConnection, now: float) -> None:
+    def resend_inflight(self, conn: SessionClient, now: float) -> None:
         """After a resumed session reconnects: re-send in-flight messages with DUP set (and
         the PUBRELs of released ones); the owed writes go in their turn (``write_due``)."""
         for packet_id, delivery in list(self.inflight.items()):

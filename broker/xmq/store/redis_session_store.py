@@ -58,7 +58,7 @@ from xmq.store.resp_connection import encode_lrem_one
 from xmq.store.session_directory import subscription_json
 
 if TYPE_CHECKING:
-    from xmq.core.connection import ClientConnection
+    from xmq.core.ports import SessionClient
 
 log = logging.getLogger("xmq.store.sessions")
 
@@ -117,7 +117,7 @@ class RedisSessionStore:
         self.records = 0
         self.failed = 0  # writes given up (their acks were refused)
         self._ids = itertools.count(1)
-        self._paused: set[ClientConnection] = set()
+        self._paused: set[SessionClient] = set()
         self.seen_ttl_ms = seen_ttl_ms
         self._recent: set[tuple[str, str]] = set()
         self._recent_order: deque[tuple[str, str]] = deque()
