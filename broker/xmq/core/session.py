@@ -390,12 +390,20 @@ class Session:
     def on_puback(self, packet_id: int, now: float) -> int:
         """PUBACK received: the state machine's action (``protocol.outbound_qos``), carried
         out here when it is ``COMPLETE``; ``VIOLATION`` is for the caller to close on."""
-        delivery = self.inflight.get(packet_id)
+        delivery = self.inflight.pop(packet_id, None)
         if delivery is None:
             return NOTHING  # a late duplicate
         action = delivery.on_puback()
-        if action == COMPLETE:
-            self._completed(delivery, now)
+        if action != COMPLETE:
+            self.inflight[packet_id] = delivery  # a violation: still in flight
+            return action
+        # ``_completed``, inlined: the hot path's acknowledgement
+        if self.store is not None:
+            self.store.acknowledged(self, delivery)
+        if delivery.on_done is not None:
+            delivery.on_done()
+        if self.queue.words:
+            self.pump(now)
         return action
 
     def on_pubcomp(self, packet_id: int, now: float) -> int:

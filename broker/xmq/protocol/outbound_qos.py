@@ -163,7 +163,7 @@ class OutboundFlight:
         """PUBACK received: ``COMPLETE`` for a QoS 1 flight (also one whose PUBLISH is still
         owed: the client has it from an earlier connection), ``VIOLATION`` for QoS 2."""
         state = self.state
-        if self.qos == 1 and state in _UNACKNOWLEDGED_QOS1:
+        if state == AWAIT_PUBACK or (self.qos == 1 and state in _UNACKNOWLEDGED_QOS1):
             self.state = DONE
             return COMPLETE
         if state in (QUEUED, DONE):
