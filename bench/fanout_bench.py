@@ -91,7 +91,7 @@ async def run(subscribers: int, qos: int, rounds: int) -> None:
             session = conn.session
             assert session is not None
             for packet_id in list(session.inflight):
-                session.acknowledge(packet_id, 0.0)
+                session.on_puback(packet_id, 0.0)
             link.out.clear()
     deliveries = subscribers * rounds
     print(

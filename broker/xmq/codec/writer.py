@@ -139,14 +139,45 @@ def _connack(packet: Connack, version: int) -> bytes:
 
 def _ack(packet: PacketIdAck, version: int) -> bytes:
     first = 0x62 if packet.packet_type == 6 else packet.packet_type << 4
-    packet_id = U16.pack(packet.packet_id)
-    if version != 5 or (not packet.reason_code and packet.properties is None):
-        return bytes((first, 2)) + packet_id
-    if packet.properties is None:
-        return bytes((first, 3)) + packet_id + bytes((packet.reason_code,))
+    if version != 5 or packet.properties is None:
+        return _id_ack(first, packet.packet_id, packet.reason_code, version)
     props = encode_properties(packet.properties, packet.packet_type)
-    body = packet_id + bytes((packet.reason_code,)) + props
+    body = U16.pack(packet.packet_id) + bytes((packet.reason_code,)) + props
     return _frame(first, body)
+
+
+_PUBACK_FIRST = 0x40
+_PUBREC_FIRST = 0x50
+_PUBREL_FIRST = 0x62
+_PUBCOMP_FIRST = 0x70
+
+
+def _id_ack(first: int, packet_id: int, reason: int, version: int) -> bytes:
+    """A PUBACK / PUBREC / PUBREL / PUBCOMP without properties: the reason code only when it
+    is not success and the peer speaks MQTT 5 (3.1.x has no reason codes on these)."""
+    if reason and version == 5:
+        return bytes((first, 3, packet_id >> 8, packet_id & 0xFF, reason))
+    return bytes((first, 2, packet_id >> 8, packet_id & 0xFF))
+
+
+def puback_bytes(packet_id: int, reason: int, version: int) -> bytes:
+    """A PUBACK (QoS 1 acknowledgement) for a peer speaking ``version``."""
+    return _id_ack(_PUBACK_FIRST, packet_id, reason, version)
+
+
+def pubrec_bytes(packet_id: int, reason: int, version: int) -> bytes:
+    """A PUBREC (QoS 2, publish received) for a peer speaking ``version``."""
+    return _id_ack(_PUBREC_FIRST, packet_id, reason, version)
+
+
+def pubrel_bytes(packet_id: int, reason: int, version: int) -> bytes:
+    """A PUBREL (QoS 2, publish released; fixed-header flags 0010) for ``version``."""
+    return _id_ack(_PUBREL_FIRST, packet_id, reason, version)
+
+
+def pubcomp_bytes(packet_id: int, reason: int, version: int) -> bytes:
+    """A PUBCOMP (QoS 2, publish complete) for a peer speaking ``version``."""
+    return _id_ack(_PUBCOMP_FIRST, packet_id, reason, version)
 
 
 def _subscribe(packet: Subscribe, version: int) -> bytes:
@@ -269,5 +300,9 @@ __all__ = [
     "encode",
     "encode_publish_parts",
     "encode_varint",
+    "puback_bytes",
+    "pubcomp_bytes",
+    "pubrec_bytes",
+    "pubrel_bytes",
     "suback_bytes",
 ]

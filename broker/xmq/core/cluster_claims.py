@@ -127,8 +127,7 @@ def apply_restored(broker: Broker, session: Session, restored: RestoredSession) 
         )
         broker.subscribe(session, sub)
     for packet_id, delivery in restored.inflight.items():
-        delivery.packet_id = packet_id
-        session.inflight[packet_id] = delivery
+        session.inflight[packet_id] = delivery  # in flight under its id (``restore``)
     for delivery in restored.queued:
         session.queue_restored(delivery)
     if restored.inbound_qos2:

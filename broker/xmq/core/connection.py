@@ -31,7 +31,7 @@ from xmq.codec.packets import (
 )
 from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import DISCONNECT_REASONS, ReasonCode
-from xmq.codec.writer import encode
+from xmq.codec.writer import PINGRESP_BYTES, encode
 from xmq.core.auth_ports import AllowAll, Authenticator, AuthExchange, Authorizer, ClientAcl
 from xmq.core.connection_states import (
     AUTHENTICATING,
@@ -48,6 +48,7 @@ from xmq.core.retained_feed import RetainedFeed
 from xmq.core.session import Session
 from xmq.core.subscribe_flow import handle_subscribe, handle_unsubscribe
 from xmq.protocol.connect_terms import ConnectTerms
+from xmq.protocol.outbound_qos import VIOLATION
 from xmq.protocol.topic_aliases import InboundTopicAliases, OutboundTopicAliases
 
 if TYPE_CHECKING:
@@ -62,7 +63,6 @@ _AS_DISCONNECT: dict[int, int] = {
     ReasonCode.BAD_AUTHENTICATION_METHOD: ReasonCode.NOT_AUTHORIZED,
 }
 
-_PINGRESP = b"\xd0\x00"
 MAX_HELD_PACKETS = 1024
 """Packets a client may pipeline after its CONNECT, held until the CONNACK."""
 MAX_PENDING_BEFORE_CONNACK = 65_536
@@ -223,9 +223,11 @@ class ClientConnection:
         if session is None:
             return
         now = self.last_seen  # the adapter stamped it with the loop's time for this read
-        acknowledge = session.acknowledge
+        on_puback = session.on_puback
         for packet_id in packet_ids:
-            acknowledge(packet_id, now)
+            if on_puback(packet_id, now) == VIOLATION:
+                self.close_with(ReasonCode.PROTOCOL_ERROR, "PUBACK for a QoS 2 message")
+                return
 
     @property
     def client_id(self) -> str:
@@ -378,7 +380,7 @@ class ClientConnection:
 
 
 def _on_pingreq(conn: ClientConnection, packet: Pingreq) -> None:
-    conn.link.write(_PINGRESP)
+    conn.link.write(PINGRESP_BYTES)
 
 
 def _on_disconnect(conn: ClientConnection, packet: Disconnect) -> None:

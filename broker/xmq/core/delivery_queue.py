@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Final
 
 from xmq.core.memory_cost import DELIVERY_COST, WORDS_DELIVERY_COST
 from xmq.core.message import Message
-from xmq.core.owed_writes import NOT_OWED
+from xmq.protocol.outbound_qos import QUEUED, OutboundFlight
 
 if TYPE_CHECKING:
     from xmq.core.session import Subscription
@@ -41,17 +41,14 @@ _NAMED: dict[int, int] = {}
 """``id(message)`` -> how many queued words name it (ints only: the collector skips it)."""
 
 
-class Delivery:
-    """A QoS 1/2 message owed to one session: queued (packet_id 0) or in flight."""
+class Delivery(OutboundFlight):
+    """A QoS 1/2 message owed to one session: queued or in flight (its QoS state, ``state``
+    and ``packet_id``, changes only through ``OutboundFlight``'s transitions)."""
 
     __slots__ = (
         "message",
         "on_done",
-        "owed",
-        "packet_id",
-        "qos",
         "record",
-        "released",
         "retain",
         "share",
         "subscription_ids",
@@ -69,12 +66,11 @@ class Delivery:
         self.qos = qos
         self.retain = retain
         self.subscription_ids = subscription_ids
-        self.packet_id = 0
-        self.released = False  # QoS 2: PUBREC received, PUBREL sent, awaiting PUBCOMP
+        self.packet_id = 0  # OutboundFlight's start: no packet id, QUEUED (its __init__
+        self.state = QUEUED  # inlined: one call less per delivery)
         self.share = share
         self.record: bytes | None = None  # durable record (persistent sessions in a cluster)
         self.on_done: Callable[[], None] | None = None  # told when acknowledged (cluster)
-        self.owed = NOT_OWED  # WAITING / READY: a write in ``Session.owed`` (owed_writes)
 
 
 def queued_cost(delivery: Delivery) -> int:

@@ -37,10 +37,12 @@ window: a client with the server's Receive Maximum of them is not read until one
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from xmq.codec.packets import MQTT_5
 from xmq.codec.reason_codes import ReasonCode
+from xmq.codec.writer import puback_bytes, pubcomp_bytes, pubrec_bytes
 
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
@@ -48,6 +50,11 @@ if TYPE_CHECKING:
 _PUBACK = 0x40
 _PUBREC = 0x50
 _PUBCOMP = 0x70
+_ENCODERS: dict[int, Callable[[int, int, int], bytes]] = {
+    _PUBACK: puback_bytes,
+    _PUBREC: pubrec_bytes,
+    _PUBCOMP: pubcomp_bytes,
+}
 UNSPECIFIED_ERROR = 0x80
 
 
@@ -248,7 +255,4 @@ def write_ack(conn: ClientConnection, kind: int, packet_id: int, reason: int) ->
     A closed connection's link drops the bytes: its client re-sends the PUBLISH after
     reconnecting.
     """
-    if reason and conn.version == MQTT_5:
-        conn.link.write(bytes((kind, 3)) + packet_id.to_bytes(2, "big") + bytes((reason,)))
-    else:
-        conn.link.write(bytes((kind, 2)) + packet_id.to_bytes(2, "big"))
+    conn.link.write(_ENCODERS[kind](packet_id, reason, conn.version))

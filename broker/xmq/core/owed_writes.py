@@ -1,4 +1,9 @@
-"""Writes to a client that wait for the durable store: exactly-once QoS 2 across a kill -9.
+"""The one write of a delivery's packets, and the writes that wait for the durable store.
+
+``write`` is the only place a QoS 1/2 delivery's PUBLISH or PUBREL is written: a new one
+(``Session.deliver``, ``Session.pump``), an owed one whose turn came (``write_due``), a re-send
+after a reconnect (``Session.resend_inflight``) and a PUBREL after a PUBREC. Which of them is
+due is for the delivery's state machine to say (``protocol.outbound_qos``).
 
 With ``persistence.max_queued_writes: 0`` the store sets ``DurableStore.ids_first``: a QoS 2
 PUBLISH to a persistent session goes out only once the store has answered the write of its
@@ -19,41 +24,70 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
+from xmq.codec.writer import pubrel_bytes
+from xmq.protocol.outbound_qos import (
+    AFTER_STORE,
+    IN_TURN,
+    RECORD_STATE,
+    WRITE_PUBLISH_DUP,
+    WRITE_PUBREL,
+)
+
 if TYPE_CHECKING:
+    from xmq.core.ports import SessionClient
     from xmq.core.session import Delivery, Session
 
-NOT_OWED = 0
-"""``Delivery.owed``: nothing of the delivery waits to be written."""
-WAITING = 1
-"""Its PUBLISH (PUBREL once released) waits for the store to answer the write of its state."""
-READY = 2
-"""The store answered: the write waits only for the writes owed before it (or a connection)."""
 
-PUBREL_HEAD = b"\x62\x02"
+def write(conn: SessionClient, delivery: Delivery, action: int, now: float) -> bool:
+    """Write what ``action`` (``WRITE_PUBLISH``, ``WRITE_PUBLISH_DUP``, ``WRITE_PUBREL``) says
+    for ``delivery``; False when its PUBLISH exceeds the client's Maximum Packet Size."""
+    if action == WRITE_PUBREL:
+        conn.link.write(pubrel_bytes(delivery.packet_id, 0, conn.version))
+        return True
+    return conn.send_publish(
+        delivery.message,
+        delivery.qos,
+        delivery.retain,
+        delivery.subscription_ids,
+        delivery.packet_id,
+        now,
+        action == WRITE_PUBLISH_DUP,
+    )
 
 
-def owe(session: Session, delivery: Delivery, now: float, release: bool) -> None:
-    """Queue the delivery's next write behind the owed ones: its PUBLISH, or (``release``)
-    its PUBREL. A QoS 2 record's write waits for the store (``ids_first``), then
-    ``Session.state_recorded`` lets it go; anything else goes as soon as its turn comes."""
+def hold_for(session: Session, delivery: Delivery) -> int:
+    """How the delivery's next write (its PUBLISH, or its PUBREL) must wait: ``AFTER_STORE``
+    for a recorded QoS 2 one when the store writes ids first, ``IN_TURN`` behind owed
+    writes (or with ids first: its turn comes at once), else ``SEND_NOW`` (0)."""
+    store = session.store
+    if store is None:
+        return 0
+    if store.ids_first and delivery.qos == 2:
+        return AFTER_STORE if delivery.record is not None else IN_TURN
+    return IN_TURN if session.owed is not None else 0
+
+
+def owe(session: Session, delivery: Delivery, action: int, now: float) -> None:
+    """Queue the delivery's next write (its state machine said ``RECORD_STATE`` or
+    ``WAIT_TURN``) behind the owed ones. For ``RECORD_STATE`` the store is asked to record
+    its state (its packet id, or ``<id>:r`` once released), then ``Session.state_recorded``
+    lets it go; a ``WAIT_TURN`` goes as soon as its turn comes."""
     owed = session.owed
     if owed is None:
         owed = session.owed = deque()
     owed.append(delivery)
     store = session.store
-    if store is None or not store.ids_first or delivery.record is None or delivery.qos != 2:
-        delivery.owed = READY
-        write_due(session, now)
-    else:
-        delivery.owed = WAITING
-        if release:
+    if action == RECORD_STATE and store is not None:
+        if delivery.released:
             store.released(session, delivery)
         else:
             store.sent(session, delivery)
+    else:
+        write_due(session, now)
 
 
 def write_due(session: Session, now: float) -> bool:
-    """Write the owed packets from the head while they are ready; True when a PUBLISH too
+    """Write the owed packets from the head while they are due; True when a PUBLISH too
     large for the client was dropped (a window slot came free)."""
     owed = session.owed
     conn = session.connection
@@ -61,24 +95,16 @@ def write_due(session: Session, now: float) -> bool:
         return False
     inflight = session.inflight
     dropped = False
-    while owed and owed[0].owed == READY:
+    while owed and not owed[0].waits_for_store:
         delivery = owed.popleft()
-        delivery.owed = NOT_OWED
         packet_id = delivery.packet_id
         if inflight.get(packet_id) is not delivery:
             continue  # acknowledged, taken back or dropped meanwhile
-        if delivery.released:
-            conn.link.write(PUBREL_HEAD + packet_id.to_bytes(2, "big"))
-        elif not conn.send_publish(
-            delivery.message,
-            delivery.qos,
-            delivery.retain,
-            delivery.subscription_ids,
-            packet_id,
-            now,
-        ):
+        action = delivery.due()
+        if action and not write(conn, delivery, action, now):
             # too large for this client: skipped as the spec says, and its record with it
             # (a resumed session would otherwise hold it in flight for ever)
+            delivery.give_up()
             del inflight[packet_id]
             dropped = True
             if session.store is not None:

@@ -6,7 +6,10 @@ connection and never imports asyncio transports or sockets directly.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from xmq.core.message import Message
 
 
 class ClientLink(Protocol):
@@ -37,3 +40,33 @@ class ClientLink(Protocol):
     def pause_reading(self) -> None: ...
 
     def resume_reading(self) -> None: ...
+
+
+class SessionClient(Protocol):
+    """A session's connected client, as the delivery side of the core sees it (implemented
+    by ``core.connection.ClientConnection``): ``core.session`` and ``core.owed_writes`` write
+    through it without importing the connection and, with it, its flows."""
+
+    link: ClientLink
+    version: int
+    """Its MQTT protocol version (3, 4 or 5)."""
+    send_window: int
+    """How many QoS 1/2 messages it may have in flight (its Receive Maximum)."""
+
+    def send_publish(
+        self,
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        packet_id: int,
+        now: float,
+        dup: bool = False,
+    ) -> bool:
+        """Write one PUBLISH (False when it exceeds the client's Maximum Packet Size)."""
+
+    def accepts_qos0(self) -> bool:
+        """Whether a QoS 0 PUBLISH would be written now (else it is dropped)."""
+
+    def take_over(self) -> None:
+        """Another connection claimed the session: close this one (0x8E)."""

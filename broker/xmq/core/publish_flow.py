@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING
@@ -11,9 +10,11 @@ from xmq.codec.errors import ProtocolError
 from xmq.codec.packets import MQTT_5, Puback, Pubcomp, Publish, Pubrec, Pubrel
 from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import ReasonCode
+from xmq.codec.writer import puback_bytes, pubcomp_bytes, pubrec_bytes, pubrel_bytes
 from xmq.core.cluster_ports import DurableContext
 from xmq.core.held_acks import AckGate, HeldAck
 from xmq.core.message import EncodedPublish, Message
+from xmq.protocol.outbound_qos import NOT_FOUND, VIOLATION
 from xmq.routing.topics import TopicError, has_wildcard, validate_topic_name
 
 if TYPE_CHECKING:
@@ -21,25 +22,12 @@ if TYPE_CHECKING:
     from xmq.core.session import Session
     from xmq.core.stats import BrokerStats
 
-_PUBACK = b"\x40\x02"
-_PUBREC = b"\x50\x02"
-_PUBREL = b"\x62\x02"
-_PUBCOMP = b"\x70\x02"
 _NOT_FOUND = ReasonCode.PACKET_IDENTIFIER_NOT_FOUND
 _QUOTA = ReasonCode.QUOTA_EXCEEDED
 
-
-_ACK_HEAD = struct.Struct("!BBH")
 _SAMPLE_MASK = 15
 """The routing-latency histogram times one PUBLISH in 16 (the 1st, 17th, ...): two clock
 reads and a bucket search cost a tenth of routing a point-to-point message."""
-
-
-def _ack(conn: ClientConnection, head: bytes, packet_id: int, reason: int) -> None:
-    if reason and conn.version == MQTT_5:
-        conn.link.write(head[:1] + b"\x03" + packet_id.to_bytes(2, "big") + bytes((reason,)))
-    else:
-        conn.link.write(head + packet_id.to_bytes(2, "big"))
 
 
 def on_publish(conn: ClientConnection, packet: Publish) -> None:
@@ -123,7 +111,7 @@ def route_publish(
                 return  # its PUBREC is still held: it goes to this connection
             message_ids = session.inbound_ids
             if gate is None or message_ids is None or not message_ids.route_again(packet_id):
-                conn.link.write(_PUBREC + packet_id.to_bytes(2, "big"))
+                conn.link.write(pubrec_bytes(packet_id, 0, conn.version))
                 return
             # received by another node (a claim read its id back): routed again, under the
             # same message id, which each destination session's record ignores if it has it
@@ -161,14 +149,16 @@ def route_publish(
         return
     if qos == 1:
         if delivered:
-            conn.link.write(_ACK_HEAD.pack(0x40, 2, packet_id))
+            conn.link.write(puback_bytes(packet_id, 0, conn.version))
         else:
-            _ack(conn, _PUBACK, packet_id, _undelivered_reason(stats, quota_drops))
+            conn.link.write(
+                puback_bytes(packet_id, _undelivered_reason(stats, quota_drops), conn.version)
+            )
     elif qos == 2:
         reason = 0 if delivered else _undelivered_reason(stats, quota_drops)
         if reason < 0x80:  # a PUBREC >= 0x80 ends the exchange: no PUBREL will come
             session.inbound_received(packet_id)
-        _ack(conn, _PUBREC, packet_id, reason)
+        conn.link.write(pubrec_bytes(packet_id, reason, conn.version))
 
 
 def _fanned_out(
@@ -191,7 +181,8 @@ def _fanned_out(
         session.inbound_released(packet_id)
     if conn.session is not session:  # gone: the client sends it again
         return
-    _ack(conn, _PUBACK if qos == 1 else _PUBREC, packet_id, reason)
+    ack = puback_bytes if qos == 1 else pubrec_bytes
+    conn.link.write(ack(packet_id, reason, conn.version))
 
 
 def _undelivered_reason(stats: BrokerStats, quota_drops_before: int) -> int:
@@ -266,25 +257,29 @@ def _refuse_publish(conn: ClientConnection, qos: int, packet_id: int, reason: in
     """A PUBLISH that is not routed: QoS 1/2 get the reason in their ack, QoS 0 is dropped."""
     conn.broker.stats.drop("refused_by_ack")
     if qos == 1:
-        _ack(conn, _PUBACK, packet_id, reason)
+        conn.link.write(puback_bytes(packet_id, reason, conn.version))
     elif qos == 2:
-        _ack(conn, _PUBREC, packet_id, reason)
+        conn.link.write(pubrec_bytes(packet_id, reason, conn.version))
 
 
 def on_puback(conn: ClientConnection, packet: Puback) -> None:
     session = conn.session
     if session is not None:
-        session.acknowledge(packet.packet_id, conn.broker.now())
+        action = session.on_puback(packet.packet_id, conn.broker.now())
+        if action == VIOLATION:
+            conn.close_with(ReasonCode.PROTOCOL_ERROR, "PUBACK for a QoS 2 message")
 
 
 def on_pubrec(conn: ClientConnection, packet: Pubrec) -> None:
     session = conn.session
     if session is None:
         return
-    if packet.reason_code >= 0x80:
-        session.acknowledge(packet.packet_id, conn.broker.now())
-    elif not session.received(packet.packet_id, conn.broker.now()):  # it writes the PUBREL
-        _ack(conn, _PUBREL, packet.packet_id, _NOT_FOUND)
+    # the session writes the PUBREL (or owes it)
+    action = session.on_pubrec(packet.packet_id, packet.reason_code, conn.broker.now())
+    if action == NOT_FOUND:
+        conn.link.write(pubrel_bytes(packet.packet_id, _NOT_FOUND, conn.version))
+    elif action == VIOLATION:
+        conn.close_with(ReasonCode.PROTOCOL_ERROR, "PUBREC for a QoS 1 message")
 
 
 def on_pubrel(conn: ClientConnection, packet: Pubrel) -> None:
@@ -297,17 +292,19 @@ def on_pubrel(conn: ClientConnection, packet: Pubrel) -> None:
     if packet_id in ids:
         if gate is None or session.store is None:  # nothing durable to wait for
             session.inbound_released(packet_id)
-            conn.link.write(_PUBCOMP + packet_id.to_bytes(2, "big"))
+            conn.link.write(pubcomp_bytes(packet_id, 0, conn.version))
             return
         # a persistent session's id (max_queued_writes 0): the PUBCOMP waits for its SREM
         held = gate.complete(conn, session.client_id, packet_id)
         session.inbound_released(packet_id, held)
         held.release()
     elif gate is None or not gate.released_again(conn, session.client_id, packet_id):
-        _ack(conn, _PUBCOMP, packet_id, _NOT_FOUND)
+        conn.link.write(pubcomp_bytes(packet_id, _NOT_FOUND, conn.version))
 
 
 def on_pubcomp(conn: ClientConnection, packet: Pubcomp) -> None:
     session = conn.session
     if session is not None:
-        session.acknowledge(packet.packet_id, conn.broker.now())
+        action = session.on_pubcomp(packet.packet_id, conn.broker.now())
+        if action == VIOLATION:
+            conn.close_with(ReasonCode.PROTOCOL_ERROR, "PUBCOMP before PUBREC, or for QoS 1")

@@ -13,7 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from xmq.codec.packets import Will
+from xmq.codec.packets import PacketType, Will
 from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
 from xmq.core.delivery_queue import Delivery as Delivery
 from xmq.core.delivery_queue import DeliveryQueue, queued_cost
@@ -26,15 +26,26 @@ from xmq.core.memory_cost import (
     would_hold,
 )
 from xmq.core.message import Message
-from xmq.core.owed_writes import PUBREL_HEAD, READY, WAITING, owe, write_due
+from xmq.core.owed_writes import hold_for, owe, write, write_due
+from xmq.protocol.outbound_qos import (
+    COMPLETE,
+    NOTHING,
+    RECORD_STATE,
+    SEND_NOW,
+    WAIT_TURN,
+    WRITE_PUBLISH,
+    WRITE_PUBLISH_DUP,
+    WRITE_PUBREL,
+    no_flight_for,
+)
 from xmq.protocol.packet_ids import PacketIdAllocator
 
 if TYPE_CHECKING:
     from asyncio import TimerHandle
 
     from xmq.core.cluster_ports import DurableHold, DurableStore
-    from xmq.core.connection import ClientConnection
     from xmq.core.inbound_ids import InboundMessageIds
+    from xmq.core.ports import SessionClient
     from xmq.core.stats import BrokerStats
 
 _NO_IDS: tuple[int, ...] = ()
@@ -153,7 +164,7 @@ class Session:
         self, client_id: str, limits: QueueLimits, stats: BrokerStats, expiry_s: int = 0
     ) -> None:
         self.client_id = client_id
-        self.connection: ClientConnection | None = None
+        self.connection: SessionClient | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self.inflight: dict[int, Delivery] = {}
         self.queue: DeliveryQueue = NOTHING_QUEUED  # allocated on first use
@@ -214,10 +225,9 @@ class Session:
                 packet_id = allocator.allocate(inflight)
             else:
                 allocator.next_id = packet_id + 1 if packet_id < 0xFFFF else 1
-            if not conn.send_publish(message, qos, retain, subscription_ids, packet_id, now):
-                return False
             delivery = Delivery(message, qos, retain, subscription_ids, share)
-            delivery.packet_id = packet_id
+            if not write(conn, delivery, delivery.start(packet_id, SEND_NOW), now):
+                return False  # too large for this client: skipped as the spec says
             inflight[packet_id] = delivery
             return True
         if share is None and len(subscription_ids) < 2:
@@ -231,7 +241,7 @@ class Session:
             return self._send_new(conn, delivery, now)
         return self._enqueue(delivery)
 
-    def _goes_out_now(self, conn: ClientConnection) -> bool:
+    def _goes_out_now(self, conn: SessionClient) -> bool:
         """A new delivery would be written now, not queued (``deliver`` inlines this)."""
         return (
             not self.queue.words
@@ -346,29 +356,20 @@ class Session:
             if store is not None:
                 store.inbound_changed(self, packet_id, False, hold, generation)
 
-    def _send_new(self, conn: ClientConnection, delivery: Delivery, now: float) -> bool:
+    def _send_new(self, conn: SessionClient, delivery: Delivery, now: float) -> bool:
         packet_id = self.packet_ids.allocate(self.inflight)
         store = self.store
-        if store is not None and (self.owed is not None or store.ids_first and delivery.qos == 2):
-            delivery.packet_id = packet_id  # in flight now, written in its turn (owed_writes)
+        action = delivery.start(packet_id, hold_for(self, delivery) if store is not None else 0)
+        if action != WRITE_PUBLISH:  # in flight now, written in its turn (owed_writes)
             self.inflight[packet_id] = delivery
-            owe(self, delivery, now, release=False)
-            if delivery.qos == 2 and delivery.on_done is not None:
-                _bound_to_member(delivery)
-            return True
-        if not conn.send_publish(
-            delivery.message,
-            delivery.qos,
-            delivery.retain,
-            delivery.subscription_ids,
-            packet_id,
-            now,
-        ):
+            owe(self, delivery, action, now)
+        elif write(conn, delivery, action, now):
+            self.inflight[packet_id] = delivery
+            if store is not None:
+                store.sent(self, delivery)
+        else:
+            delivery.give_up()
             return False  # too large for this client: skipped as the spec says
-        delivery.packet_id = packet_id
-        self.inflight[packet_id] = delivery
-        if store is not None:
-            store.sent(self, delivery)
         if delivery.qos == 2 and delivery.on_done is not None:
             _bound_to_member(delivery)
         return True
@@ -392,62 +393,81 @@ class Session:
                 continue
             self._send_new(conn, delivery, now)
 
-    def acknowledge(self, packet_id: int, now: float) -> Delivery | None:
-        """PUBACK (QoS 1) or PUBCOMP (QoS 2) received: the delivery is complete."""
+    def on_puback(self, packet_id: int, now: float) -> int:
+        """PUBACK received: the state machine's action (``protocol.outbound_qos``), carried
+        out here when it is ``COMPLETE``; ``VIOLATION`` is for the caller to close on."""
         delivery = self.inflight.pop(packet_id, None)
-        if delivery is not None:
-            if self.store is not None:
-                self.store.acknowledged(self, delivery)
-            if delivery.on_done is not None:
-                delivery.on_done()
-            if self.queue.words:
-                self.pump(now)
-        return delivery
+        if delivery is None:
+            return NOTHING  # a late duplicate
+        action = delivery.on_puback()
+        if action != COMPLETE:
+            self.inflight[packet_id] = delivery  # a violation: still in flight
+            return action
+        # ``_completed``, inlined: the hot path's acknowledgement
+        if self.store is not None:
+            self.store.acknowledged(self, delivery)
+        if delivery.on_done is not None:
+            delivery.on_done()
+        if self.queue.words:
+            self.pump(now)
+        return action
 
-    def received(self, packet_id: int, now: float) -> bool:
-        """PUBREC received: the delivery is released, its PUBREL written (False: unknown id)."""
+    def on_pubcomp(self, packet_id: int, now: float) -> int:
+        """PUBCOMP received (see ``on_puback``)."""
         delivery = self.inflight.get(packet_id)
-        if delivery is None or delivery.qos != 2 or delivery.owed:
-            return delivery is not None and delivery.released  # its PUBREL is on its way
-        delivery.released = True
+        if delivery is None:
+            return NOTHING
+        action = delivery.on_pubcomp()
+        if action == COMPLETE:
+            self._completed(delivery, now)
+        return action
+
+    def on_pubrec(self, packet_id: int, reason: int, now: float) -> int:
+        """PUBREC received: the delivery is released and its PUBREL written or owed, or (a
+        reason >= 0x80) complete; ``NOT_FOUND`` and ``VIOLATION`` are for the caller."""
+        delivery = self.inflight.get(packet_id)
+        if delivery is None:
+            return no_flight_for(PacketType.PUBREC)
         store = self.store
-        if store is not None and (self.owed is not None or store.ids_first):
-            owe(self, delivery, now, release=True)
-            return True
-        if store is not None:
-            store.released(self, delivery)
-        if self.connection is not None:
-            self.connection.link.write(PUBREL_HEAD + packet_id.to_bytes(2, "big"))
-        return True
+        action = delivery.on_pubrec(reason, hold_for(self, delivery) if store is not None else 0)
+        if action == WRITE_PUBREL:
+            if store is not None:
+                store.released(self, delivery)
+            if self.connection is not None:
+                write(self.connection, delivery, action, now)
+        elif action in (RECORD_STATE, WAIT_TURN):
+            owe(self, delivery, action, now)
+        elif action == COMPLETE:
+            self._completed(delivery, now)
+        return action
+
+    def _completed(self, delivery: Delivery, now: float) -> None:
+        """The delivery's flight is over: its packet id is free, its record goes."""
+        del self.inflight[delivery.packet_id]
+        if self.store is not None:
+            self.store.acknowledged(self, delivery)
+        if delivery.on_done is not None:
+            delivery.on_done()
+        if self.queue.words:
+            self.pump(now)
 
     def state_recorded(self, delivery: Delivery, now: float) -> None:
         """The store answered the write of an owed delivery's packet id or PUBREC state."""
-        if delivery.owed == WAITING:
-            delivery.owed = READY
-            if write_due(self, now):
-                self.pump(now)
+        if delivery.recorded() and write_due(self, now):
+            self.pump(now)
 
-    def resend_inflight(self, conn: ClientConnection, now: float) -> None:
-        """After a resumed session reconnects: re-send in-flight messages with DUP set."""
+    def resend_inflight(self, conn: SessionClient, now: float) -> None:
+        """After a resumed session reconnects: re-send in-flight messages with DUP set (and
+        the PUBRELs of released ones); the owed writes go in their turn (``write_due``)."""
         for packet_id, delivery in list(self.inflight.items()):
-            if delivery.owed:
-                continue  # never written: it goes in its turn (write_due)
-            if delivery.released:
-                conn.link.write(PUBREL_HEAD + packet_id.to_bytes(2, "big"))
-            elif delivery.qos == 1 and delivery.message.expired(now):
+            action = delivery.resend()
+            if action == WRITE_PUBLISH_DUP and delivery.qos == 1 and delivery.message.expired(now):
                 # a QoS 2 PUBLISH once sent is not expired (MQTT-4.3.3-7)
+                delivery.give_up()
                 del self.inflight[packet_id]
                 self.stats.messages_expired += 1
-            else:
-                conn.send_publish(
-                    delivery.message,
-                    delivery.qos,
-                    delivery.retain,
-                    delivery.subscription_ids,
-                    packet_id,
-                    now,
-                    dup=True,
-                )
+            elif action:
+                write(conn, delivery, action, now)
         write_due(self, now)
         self.pump(now)
 
@@ -462,6 +482,7 @@ class Session:
         ]
         for delivery in taken:
             del self.inflight[delivery.packet_id]
+            delivery.give_up()
         queue = self.queue
         if any(d.share is not None for d in queue.held()):
             kept = DeliveryQueue()

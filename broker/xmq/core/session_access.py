@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Final
 
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.auth_ports import ClientAcl, is_reserved_topic
-from xmq.core.owed_writes import NOT_OWED
 from xmq.routing.topics import TopicError, validate_topic_name
 
 if TYPE_CHECKING:
@@ -97,16 +96,17 @@ def recheck_resumed(broker: Broker, session: Session, acl: ClientAcl) -> tuple[i
         return not allowed
 
     for packet_id, delivery in list(session.inflight.items()):
-        if delivery.released or delivery.owed != NOT_OWED or not unreadable(delivery):
+        if delivery.released or delivery.owed or not unreadable(delivery):
             continue
         del session.inflight[packet_id]
+        delivery.give_up()
         _forget(broker, session, delivery)
         dropped += 1
     if session.queue and any(unreadable(d) for d in session.queue):
         queued = list(session.queue)
         session.queue.clear()
         for delivery in queued:
-            if delivery.owed == NOT_OWED and unreadable(delivery):
+            if not delivery.owed and unreadable(delivery):
                 session.unqueued(delivery)
                 _forget(broker, session, delivery)
                 dropped += 1

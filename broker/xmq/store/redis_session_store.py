@@ -65,7 +65,7 @@ from xmq.store.resp_connection import encode_lrem_one
 from xmq.store.session_directory import subscription_json
 
 if TYPE_CHECKING:
-    from xmq.core.connection import ClientConnection
+    from xmq.core.ports import SessionClient
 
 log = logging.getLogger("xmq.store.sessions")
 
@@ -125,7 +125,7 @@ class RedisSessionStore:
         self.failed = 0  # writes given up (their acks were refused)
         self.duplicates = 0  # records not made: the session had the message's id queued
         self._ids = itertools.count(1)
-        self._paused: set[ClientConnection] = set()
+        self._paused: set[SessionClient] = set()
         self.seen_ttl_ms = seen_ttl_ms
         self._recent: set[tuple[str, str]] = set()
         self._recent_order: deque[tuple[str, str]] = deque()

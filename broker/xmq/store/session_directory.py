@@ -115,8 +115,8 @@ def restore(stored: StoredSession, now: float) -> RestoredSession:
         if state:
             text = state.decode()
             packet_id = int(text.split(":", 1)[0])
-            delivery.released = text.endswith(":r")
             if packet_id not in restored.inflight:
+                delivery.restore(packet_id, released=text.endswith(":r"))
                 restored.inflight[packet_id] = delivery
                 continue
         restored.queued.append(delivery)

@@ -23,7 +23,7 @@ async def test_revoked_subscriptions_and_unreadable_messages_are_dropped() -> No
     assert [p.topic for p in sent] == ["a/1", "b/1"]
     session = conn.session
     assert session is not None
-    session.received(sent[0].packet_id, 0.0)  # a/1 is released: only its PUBREL is owed
+    session.on_pubrec(sent[0].packet_id, 0, 0.0)  # a/1 is released: only its PUBREL is owed
     queued_bytes = session.queued_bytes
     # the user may read b/# only now
     acl = RuleAcl(

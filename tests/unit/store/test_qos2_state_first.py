@@ -209,7 +209,7 @@ async def test_a_pubrel_goes_out_after_the_pubrec_state_and_is_resent(
     node_a, link_a = await _first_node(server, sync)
     assert node_a.broker.publish(_message(b"once")) == 1
     await _until(lambda: bool(link_a.states))
-    conn_a = node_a.broker.sessions[CLIENT].connection
+    conn_a = cast(ClientConnection, node_a.broker.sessions[CLIENT].connection)
     assert conn_a is not None
     assert _publishes(link_a.packets()) == [(500, False, b"once")]
     await node_a.store.flush()
