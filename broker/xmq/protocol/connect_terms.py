@@ -138,20 +138,20 @@ def negotiate_connect(
         response_info = False
         method = None
 
-    return ConnectTerms(
-        protocol_version=version,
-        client_id=client_id,
-        client_id_assigned=assigned,
-        clean_start=connect.clean_start,
-        keep_alive_s=keep_alive,
-        server_keep_alive_s=server_keep_alive,
-        session_expiry_s=expiry,
-        client_receive_maximum=receive_maximum,
-        client_max_packet_size=max_packet or 268_435_460,
-        client_topic_alias_maximum=alias_max,
-        request_problem_information=problem_info,
-        request_response_information=response_info,
-        authentication_method=method,
+    return ConnectTerms(  # positional, in field order: keywords cost a parse per connect
+        version,  # protocol_version
+        client_id,
+        assigned,  # client_id_assigned
+        connect.clean_start,
+        keep_alive,  # keep_alive_s
+        server_keep_alive,  # server_keep_alive_s
+        expiry,  # session_expiry_s
+        receive_maximum,  # client_receive_maximum
+        max_packet or 268_435_460,  # client_max_packet_size
+        alias_max,  # client_topic_alias_maximum
+        problem_info,  # request_problem_information
+        response_info,  # request_response_information
+        method,  # authentication_method
     )
 
 
