@@ -108,7 +108,7 @@ def _runs_inline(conn: ClientConnection) -> bool:
 
 
 def _start_task(
-    conn: ClientConnection, coro: Coroutine[None, None, None], inline: bool = False
+    conn: ClientConnection, coro: Coroutine[Any, None, None], inline: bool = False
 ) -> bool:
     """Run ``coro`` as the connection's one tracked task; ``inline``: at once, up to its first
     wait, and only a coroutine that does wait becomes a task. True when a task was started
@@ -120,7 +120,7 @@ def _start_task(
     """
     if inline:
         try:
-            first = coro.send(None)
+            first: Any = coro.send(None)  # what the coroutine waits on (a future)
         except StopIteration:
             return False
         except Exception as error:  # noqa: BLE001 - the same handling as a task's exception
