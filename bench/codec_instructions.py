@@ -16,14 +16,12 @@ MQTT 5 PUBLISH whose properties hold a Subscription Identifier (a variable byte 
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from xmq.bench.tracers import parse_callgrind_total, per_unit
+from xmq.bench.tracers import count_instructions, per_unit
 from xmq.codec.packets import Publish
 from xmq.codec.plain_publish import plain_publish
 from xmq.codec.properties import Properties
@@ -74,24 +72,8 @@ CASES: dict[str, Callable[[], Callable[[int], None]]] = {
 
 
 def _count(case: str, ops: int, out_dir: Path) -> int:
-    out = out_dir / f"callgrind.{ops}.out"
-    subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--quiet",
-            f"--callgrind-out-file={out}",
-            sys.executable,
-            __file__,
-            "--inner",
-            case,
-            "--ops",
-            str(ops),
-        ],
-        check=True,
-        env=dict(os.environ, PYTHONHASHSEED="0"),
-    )
-    return parse_callgrind_total(out.read_text())
+    argv = [sys.executable, __file__, "--inner", case, "--ops", str(ops)]
+    return count_instructions(argv, out_dir / f"callgrind.{ops}.out")
 
 
 def main() -> int:

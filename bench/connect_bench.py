@@ -8,6 +8,14 @@ microseconds per client (``time.process_time`` over the whole cycle, loop ticks 
 
     .venv/bin/python bench/connect_bench.py [--clients 20000] [--batch 500] [--version 5]
         [--persistent | --resume] [--uvloop] [--repeat 5] [--profile]
+
+``--connect-only``: accept -> CONNECT -> CONNACK only, one client per loop turn (as connects
+arriving apart), every client held. With ``--instructions`` it runs itself twice under
+callgrind (N and N/2 clients, on uvloop) and prints the instructions per connect, start-up
+cancelled: a count that does not move with the machine's load (docs/benchmarks.md, "Connect
+cost").
+
+    .venv/bin/python bench/connect_bench.py --connect-only --instructions [--clients 2000]
 """
 
 from __future__ import annotations
@@ -15,10 +23,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import gc
+import os
 import pstats
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+from uvloop import run as uvloop_run
+
+from xmq.bench.tracers import count_instructions, per_unit
 from xmq.codec.packets import Connect, Disconnect, Subscribe, SubscriptionRequest
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode
@@ -152,6 +168,42 @@ async def _cycle(
     return cpu
 
 
+async def connect_only(clients: int, version: int) -> float:
+    """Connect ``clients`` clients one per loop turn and hold them; return CPU seconds used."""
+    broker = Broker(CoreSettings())
+    scheduler = FlushScheduler(asyncio.get_running_loop())
+    authenticator = AnonymousAuthenticator()
+    authorizer = AllowAll()
+    template = _wire("dev-000000", version, False)[0]  # ids of one length: patch the digits
+    wires = [template[:-6] + b"%06d" % n for n in range(clients)]
+    held = []
+    gc.disable()  # what a collection costs depends on the whole heap, not on the connect path
+    start = time.process_time()
+    for connect in wires:
+        link = MqttClientProtocol(broker, authenticator, authorizer, scheduler, 1 << 20)
+        transport = SinkTransport()
+        link.connection_made(transport)  # type: ignore[arg-type]
+        link.data_received(connect)
+        held.append((link, transport))
+        await asyncio.sleep(0)  # the CONNACK's flush, and the next connect in its own turn
+    cpu = time.process_time() - start
+    for link, transport in held:
+        assert link.conn.state == CONNECTED and transport.written > 0, "client not served"
+    assert broker.stats.clients_connected == clients
+    return cpu
+
+
+def _instructions(clients: int, version: int) -> float:
+    """Instructions per connect: this script run under callgrind with N and N/2 clients."""
+    counts = []
+    with tempfile.TemporaryDirectory(prefix="xmq-connect-instr-") as tmp:
+        for n in (clients, clients // 2):
+            argv = [sys.executable, __file__, "--connect-only", "--uvloop", "--repeat", "1"]
+            argv += ["--clients", str(n), "--version", str(version)]
+            counts.append(count_instructions(argv, Path(tmp) / f"callgrind.{n}.out"))
+    return per_unit(counts[0], counts[1], clients, clients // 2)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--clients", type=int, default=20000)
@@ -164,12 +216,24 @@ def main() -> None:
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop (as xmq serve)")
     parser.add_argument("--repeat", type=int, default=5, help="runs; the best and median shown")
     parser.add_argument("--profile", action="store_true", help="cProfile, top 30 by tottime")
+    parser.add_argument(
+        "--connect-only", action="store_true", help="CONNECT/CONNACK only, one per loop turn"
+    )
+    parser.add_argument(
+        "--instructions", action="store_true", help="with --connect-only: count under callgrind"
+    )
     args = parser.parse_args()
-    runner: Any = asyncio.run
-    if args.uvloop:
-        import uvloop
-
-        runner = uvloop.run
+    if args.connect_only:
+        if args.instructions:
+            per_connect = _instructions(args.clients, args.version)
+            print(f"connect v{args.version}: {per_connect:,.0f} instructions per connect")
+            return
+        runner_only: Any = uvloop_run if args.uvloop else asyncio.run
+        cpu = min(runner_only(connect_only(args.clients, args.version)) for _ in range(args.repeat))
+        print(f"connect v{args.version}: {cpu / args.clients * 1e6:,.1f} us CPU per connect")
+        sys.stdout.flush()
+        os._exit(0)  # no teardown: freeing the held clients is no part of a connect's cost
+    runner: Any = uvloop_run if args.uvloop else asyncio.run
     profiler = cProfile.Profile() if args.profile else None
     runs = sorted(
         runner(

@@ -48,6 +48,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.routing.shared_tree",
     "xmq.routing.subscription_tree",
     "xmq.routing.topics",
+    "xmq.core.deadline_wheel",
     "xmq.protocol.connect_terms",
     "xmq.protocol.packet_ids",
     "xmq.protocol.topic_aliases",

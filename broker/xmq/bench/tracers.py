@@ -17,6 +17,7 @@ size (connecting the clients, the window's edges, the dump itself) cancels out.
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -90,6 +91,17 @@ def parse_strace_summary(text: str) -> SyscallCounts:
     if total is not None and total != sum(calls.values()):
         raise TracerError(f"strace rows sum to {sum(calls.values())}, its total says {total}")
     return SyscallCounts(calls, errors)
+
+
+def count_instructions(argv: Sequence[str], out: Path) -> int:
+    """User-space instructions of one whole run of ``argv`` under callgrind (``PYTHONHASHSEED``
+    fixed); two runs of different sizes give a cost per unit (``per_unit``)."""
+    subprocess.run(
+        ["valgrind", "--tool=callgrind", "--quiet", f"--callgrind-out-file={out}", *argv],
+        check=True,
+        env=dict(os.environ, PYTHONHASHSEED="0"),
+    )
+    return parse_callgrind_total(out.read_text())
 
 
 def per_unit(full: float, half: float, full_units: int, half_units: int) -> float:

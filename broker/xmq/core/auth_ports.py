@@ -9,6 +9,7 @@ Reason codes are MQTT 5 values; the core maps them to MQTT 3.1.1 CONNACK codes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -33,17 +34,40 @@ def is_reserved_topic(topic: str) -> bool:
     return topic.startswith(RESERVED_TOPIC_PREFIX)
 
 
-@dataclass(slots=True)
 class Credentials:
     """What a CONNECT carried."""
 
-    client_id: str
-    username: str | None
-    password: bytes | None
-    peer: str
-    """Source address as "ip:port" (used by brute-force guards)."""
-    protocol_version: int
-    """4 = MQTT 3.1.1 (3 for 3.1), 5 = MQTT 5.0."""
+    __slots__ = ("_peer", "client_id", "password", "protocol_version", "username")
+
+    def __init__(
+        self,
+        client_id: str,
+        username: str | None,
+        password: bytes | None,
+        peer: str | Callable[[], str],
+        protocol_version: int,
+    ) -> None:
+        self.client_id = client_id
+        self.username = username
+        self.password = password
+        self._peer = peer
+        self.protocol_version = protocol_version
+        """4 = MQTT 3.1.1 (3 for 3.1), 5 = MQTT 5.0."""
+
+    @property
+    def peer(self) -> str:
+        """Source address as "ip:port" (used by brute-force guards).
+
+        Given as a string or as a function asked on first use: a connection's address is
+        formatted only when asked, and most authenticators (the anonymous default) never ask."""
+        peer = self._peer
+        if not isinstance(peer, str):
+            peer = self._peer = peer()
+        return peer
+
+    def __repr__(self) -> str:  # the password is never shown
+        version = self.protocol_version
+        return f"Credentials({self.client_id!r}, {self.username!r}, protocol {version})"
 
 
 @dataclass(slots=True)
@@ -160,7 +184,7 @@ class AnonymousAuthenticator:
             return AuthDecision(
                 AUTH_BAD_USERNAME_OR_PASSWORD, reason_string="anonymous access is disabled"
             )
-        return AuthDecision(AUTH_SUCCESS, username=credentials.username)
+        return AuthDecision(AUTH_SUCCESS, credentials.username)
 
     def start_exchange(self, method: str, credentials: Credentials) -> AuthExchange | None:
         return None

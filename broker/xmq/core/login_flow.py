@@ -77,20 +77,23 @@ def on_connect(conn: ClientConnection, connect: Connect) -> None:
         return
     conn.terms = terms
     conn.problem_info = terms.request_problem_information
+    link = conn.link
     credentials = Credentials(
-        terms.client_id, connect.username, connect.password, conn.link.peer, conn.version
+        terms.client_id, connect.username, connect.password, lambda: link.peer, conn.version
     )
     conn.state = AUTHENTICATING
-    conn.link.pause_reading()
     if terms.authentication_method is not None:
         exchange = conn.authenticator.start_exchange(terms.authentication_method, credentials)
         if exchange is None:
             refuse_connect(conn, ReasonCode.BAD_AUTHENTICATION_METHOD, "authentication method")
             return
         data = connect.properties.authentication_data if connect.properties else None
-        _start_task(conn, _exchange_step(conn, exchange, data, connect))
+        waits = _start_task(conn, _exchange_step(conn, exchange, data, connect))
     else:
-        _start_task(conn, _authenticate(conn, credentials, connect), _runs_inline(conn))
+        coro = _authenticate(conn, credentials, connect)
+        waits = _start_task(conn, coro, _runs_inline(conn))
+    if waits:  # reading waits for the login (packets of this read are held meanwhile)
+        conn.link.pause_reading()
 
 
 def _runs_inline(conn: ClientConnection) -> bool:
@@ -105,27 +108,30 @@ def _runs_inline(conn: ClientConnection) -> bool:
 
 
 def _start_task(
-    conn: ClientConnection, coro: Coroutine[None, None, None], inline: bool = False
-) -> None:
+    conn: ClientConnection, coro: Coroutine[Any, None, None], inline: bool = False
+) -> bool:
     """Run ``coro`` as the connection's one tracked task; ``inline``: at once, up to its first
-    wait, and only a coroutine that does wait becomes a task.
+    wait, and only a coroutine that does wait becomes a task. True when a task was started
+    (the login waits for it), False when ``coro`` finished inline.
 
     Inline, the embedded default (anonymous, allow all) accepts a CONNECT within ``handle``: no
-    task, no loop tick, no held packets. The outcome is handled the same way (``_finished``).
+    task, no loop tick, no held packets, and reading is never paused. The outcome is handled
+    the same way (``_finished``).
     """
     if inline:
         try:
-            first = coro.send(None)
+            first: Any = coro.send(None)  # what the coroutine waits on (a future)
         except StopIteration:
-            return
+            return False
         except Exception as error:  # noqa: BLE001 - the same handling as a task's exception
             _finished(conn, error)
-            return
+            return False
         task = asyncio.ensure_future(_continue(coro, first))
     else:
         task = asyncio.ensure_future(coro)
     conn.auth_task = task
     task.add_done_callback(partial(_task_done, conn))
+    return True
 
 
 async def _continue(coro: Coroutine[Any, Any, None], first: Any) -> None:
@@ -360,7 +366,8 @@ async def _accept(
     if present:
         session.resend_inflight(conn, now)
     pending, conn.held_packets = conn.held_packets, None
-    conn.link.resume_reading()
+    if conn.auth_task is not None:  # a login that waited paused reading (``on_connect``)
+        conn.link.resume_reading()
     if pending:
         for packet in pending:
             if conn.state != CONNECTED:

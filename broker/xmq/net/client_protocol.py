@@ -82,6 +82,7 @@ class MqttClientProtocol(asyncio.Protocol):
         "_linger",
         "_out",
         "_paused_writing",
+        "_peer",
         "_scheduler",
         "_stats",
         "_transport",
@@ -91,7 +92,6 @@ class MqttClientProtocol(asyncio.Protocol):
         "on_close",
         "on_deadline",
         "on_made",
-        "peer",
         "reader",
         "wheel_slot",
     )
@@ -121,7 +121,7 @@ class MqttClientProtocol(asyncio.Protocol):
         self._fenced: list[bytes] = []  # bytes read while the lease was not proven
         self._stats = broker.stats
         self.reader = PacketReader(max_packet_size)
-        self.peer = "-"
+        self._peer: str | None = None  # "ip:port", asked of the transport on first use (peer)
         self.on_close = on_close
         self.on_made: Callable[[MqttClientProtocol, asyncio.Transport], None] | None = None
         """Called once the transport is up (PROXY peer, client certificate user name)."""
@@ -130,14 +130,37 @@ class MqttClientProtocol(asyncio.Protocol):
         self.wheel_slot = 0
         self.conn = ClientConnection(broker, self, authenticator, authorizer)
 
+    @property
+    def peer(self) -> str:
+        """The client's address as "ip:port" ("-" when unknown), for logs and authenticators.
+
+        Set by the listener when a PROXY header named it; otherwise asked of the transport and
+        formatted on first use, so that a connection nobody asks about costs nothing for it."""
+        peer = self._peer
+        if peer is None:
+            peer = "-"
+            transport = self._transport
+            if transport is not None:
+                try:
+                    address = transport.get_extra_info("peername")
+                except (AttributeError, OSError):  # uvloop, once its handle is closed
+                    address = None
+                if isinstance(address, tuple) and len(address) >= 2:
+                    peer = f"{address[0]}:{address[1]}"
+                self._peer = peer  # an address asked before the transport is up is not kept
+        return peer
+
+    @peer.setter
+    def peer(self, value: str) -> None:
+        self._peer = value
+
     # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self._transport = transport
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            self.peer = f"{peer[0]}:{peer[1]}"
+        # The peer's address is not formatted here: only a log line or an authenticator that
+        # uses it asks for it (``peer``); most connections never do.
         # No TCP_NODELAY here: asyncio and uvloop set it on every TCP transport they create
         # (accepted, PROXY hand-off, under TLS); one more setsockopt per connect was waste.
         self.conn.last_seen = self._clock()

@@ -44,23 +44,64 @@ class ServerLimits:
     subscription_ids_available: bool = True
 
 
-@dataclass(slots=True)
 class ConnectTerms:
-    """The negotiated parameters of one connection."""
+    """The negotiated parameters of one connection.
 
-    protocol_version: int
-    client_id: str
-    client_id_assigned: bool
-    clean_start: bool
-    keep_alive_s: int
-    server_keep_alive_s: int | None
-    session_expiry_s: int
-    client_receive_maximum: int
-    client_max_packet_size: int
-    client_topic_alias_maximum: int
-    request_problem_information: bool
-    request_response_information: bool
-    authentication_method: str | None
+    A plain class, not a dataclass: compiled, a dataclass's ``__init__`` is still the one the
+    ``dataclasses`` module generates at import (interpreted code), and one is built per CONNECT.
+    """
+
+    __slots__ = (
+        "authentication_method",
+        "clean_start",
+        "client_id",
+        "client_id_assigned",
+        "client_max_packet_size",
+        "client_receive_maximum",
+        "client_topic_alias_maximum",
+        "keep_alive_s",
+        "protocol_version",
+        "request_problem_information",
+        "request_response_information",
+        "server_keep_alive_s",
+        "session_expiry_s",
+    )
+
+    def __init__(
+        self,
+        protocol_version: int,
+        client_id: str,
+        client_id_assigned: bool,
+        clean_start: bool,
+        keep_alive_s: int,
+        server_keep_alive_s: int | None,
+        session_expiry_s: int,
+        client_receive_maximum: int,
+        client_max_packet_size: int,
+        client_topic_alias_maximum: int,
+        request_problem_information: bool,
+        request_response_information: bool,
+        authentication_method: str | None,
+    ) -> None:
+        self.protocol_version = protocol_version
+        self.client_id = client_id
+        self.client_id_assigned = client_id_assigned
+        self.clean_start = clean_start
+        self.keep_alive_s = keep_alive_s
+        self.server_keep_alive_s = server_keep_alive_s
+        self.session_expiry_s = session_expiry_s
+        self.client_receive_maximum = client_receive_maximum
+        self.client_max_packet_size = client_max_packet_size
+        self.client_topic_alias_maximum = client_topic_alias_maximum
+        self.request_problem_information = request_problem_information
+        self.request_response_information = request_response_information
+        self.authentication_method = authentication_method
+
+    def __repr__(self) -> str:
+        return (
+            f"ConnectTerms({self.client_id!r}, v{self.protocol_version}, "
+            f"keep alive {self.keep_alive_s} s, expiry {self.session_expiry_s} s)"
+        )
 
 
 def negotiate_connect(
@@ -138,20 +179,20 @@ def negotiate_connect(
         response_info = False
         method = None
 
-    return ConnectTerms(
-        protocol_version=version,
-        client_id=client_id,
-        client_id_assigned=assigned,
-        clean_start=connect.clean_start,
-        keep_alive_s=keep_alive,
-        server_keep_alive_s=server_keep_alive,
-        session_expiry_s=expiry,
-        client_receive_maximum=receive_maximum,
-        client_max_packet_size=max_packet or 268_435_460,
-        client_topic_alias_maximum=alias_max,
-        request_problem_information=problem_info,
-        request_response_information=response_info,
-        authentication_method=method,
+    return ConnectTerms(  # positional: keywords cost an argument parse per connect
+        version,  # protocol_version
+        client_id,
+        assigned,  # client_id_assigned
+        connect.clean_start,
+        keep_alive,  # keep_alive_s
+        server_keep_alive,  # server_keep_alive_s
+        expiry,  # session_expiry_s
+        receive_maximum,  # client_receive_maximum
+        max_packet or 268_435_460,  # client_max_packet_size
+        alias_max,  # client_topic_alias_maximum
+        problem_info,  # request_problem_information
+        response_info,  # request_response_information
+        method,  # authentication_method
     )
 
 

@@ -19,7 +19,7 @@ class InboundTopicAliases:
 
     def __init__(self, maximum: int) -> None:
         self.maximum = maximum
-        self._aliases: dict[int, str] = {}
+        self._aliases: dict[int, str] | None = None  # made on the first alias set (most never)
 
     def resolve(self, topic: str, alias: int | None) -> str:
         """Return the topic name a PUBLISH refers to, recording a new alias when set.
@@ -33,10 +33,13 @@ class InboundTopicAliases:
             return topic
         if alias == 0 or alias > self.maximum:
             raise TopicAliasInvalid(f"topic alias {alias} outside 1..{self.maximum}")
+        aliases = self._aliases
         if topic:
-            self._aliases[alias] = topic
+            if aliases is None:
+                aliases = self._aliases = {}
+            aliases[alias] = topic
             return topic
-        known = self._aliases.get(alias)
+        known = aliases.get(alias) if aliases is not None else None
         if known is None:
             raise ProtocolViolation(f"topic alias {alias} was never set")
         return known
