@@ -5,13 +5,20 @@ object per queued message made that 3.9 M objects with the default memory budget
 fan-out (one-byte messages to 2,000 offline sessions): 1.1 s of CPU every full collection.
 
 So a session's ``DeliveryQueue`` holds a plain queued delivery (no shared-group subscription,
-no durable record, no ``on_done``, at most one subscription identifier) as two machine words
-in an ``array`` — which the collector never traverses — and makes it a ``Delivery`` again
-when it leaves the queue. The words hold the message's ``id()``; ``_QUEUED`` (one for the
-process) keeps each such message alive, counting the words that name it, so the id stays
-that message's for as long as a word names it. The collector then sees one entry per
-distinct queued message, not one object per delivery. Any other delivery waits as itself in
-a side ``deque``, marked by a zero word in its place.
+no ``on_done``, at most one subscription identifier) as two machine words in an ``array`` —
+which the collector never traverses — and makes it a ``Delivery`` again when it leaves the
+queue. The words hold the message's ``id()``; ``_QUEUED`` (one for the process) keeps each
+such message alive, counting the words that name it, so the id stays that message's for as
+long as a word names it. The collector then sees one entry per distinct queued message, not
+one object per delivery.
+
+A delivery with a durable record (a persistent session in a cluster) is held the same way,
+its record (``bytes``: not tracked by the collector) in the queue's side list of records, in
+order. The records of one forwarded message are one shared object
+(``RedisSessionStore.new_record``), so a fan-out of it to 20,000 sessions on this node costs
+three words per delivery, not a ``Delivery`` object, a deque and a record each (which grew a
+node by ~470 bytes per delivery, far beyond what the budget counted). Any other delivery
+waits as itself in a side ``deque``, marked by a zero word in its place.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
-from xmq.core.memory_cost import DELIVERY_COST, WORDS_DELIVERY_COST
+from xmq.core.memory_cost import DELIVERY_COST, WORDS_DELIVERY_COST, record_cost
 from xmq.core.message import Message
 from xmq.core.owed_writes import NOT_OWED
 
@@ -31,9 +38,14 @@ if TYPE_CHECKING:
 _NO_IDS: tuple[int, ...] = ()
 _HELD: Final = 0
 """The first word of an entry that is a ``Delivery`` in the side deque."""
+_RECORDED: Final = 8
+"""Flag-word bit: the entry's record is the next one in the side list of records."""
+_ID_SHIFT: Final = 4
+"""The flag word: retain (bit 0), QoS (bits 1-2), ``_RECORDED``, then the subscription id."""
 _COMPACT_FROM: Final = 16
 """Consumed words are dropped once they are this many and a quarter of the array (so a
-queue keeps fewer than 8 sent entries' words beyond a quarter of its live ones)."""
+queue keeps fewer than 8 sent entries' words beyond a quarter of its live ones); the
+consumed slots of the list of records likewise."""
 
 _QUEUED: dict[int, Message] = {}
 """``id(message)`` -> the message, for every message a queue holds as words."""
@@ -77,24 +89,26 @@ class Delivery:
         self.owed = NOT_OWED  # WAITING / READY: a write in ``Session.owed`` (owed_writes)
 
 
+def _as_words(delivery: Delivery) -> bool:
+    """A queue holds ``delivery`` as words (and its record, if any, in its list)."""
+    return (
+        delivery.share is None and delivery.on_done is None and len(delivery.subscription_ids) < 2
+    )
+
+
 def queued_cost(delivery: Delivery) -> int:
     """Bytes one queued ``delivery`` takes beyond its message (``core.memory_cost``):
     ``WORDS_DELIVERY_COST`` when a queue holds it as words, else (held as itself, a tracked
-    object) ``DELIVERY_COST``."""
-    if (
-        delivery.share is None
-        and delivery.record is None
-        and delivery.on_done is None
-        and len(delivery.subscription_ids) < 2
-    ):
-        return WORDS_DELIVERY_COST
-    return DELIVERY_COST
+    object) ``DELIVERY_COST``; plus its durable record's ``record_cost``, when it has one."""
+    record = delivery.record
+    cost = WORDS_DELIVERY_COST if _as_words(delivery) else DELIVERY_COST
+    return cost if record is None else cost + record_cost(record)
 
 
 class DeliveryQueue:
     """A session's FIFO of queued deliveries (see the module docstring)."""
 
-    __slots__ = ("_head", "_held", "length", "words")
+    __slots__ = ("_head", "_held", "_record_head", "_records", "length", "words")
 
     def __init__(self) -> None:
         self.words = array("Q")
@@ -104,6 +118,8 @@ class DeliveryQueue:
         """How many deliveries are queued (``len()`` without a call into Python)."""
         self._head = 0
         self._held: deque[Delivery] | None = None
+        self._records: list[bytes] | None = None
+        self._record_head = 0
 
     def __len__(self) -> int:
         return self.length
@@ -112,9 +128,19 @@ class DeliveryQueue:
         return len(self.words) > self._head
 
     def append(self, delivery: Delivery) -> None:
-        if queued_cost(delivery) == WORDS_DELIVERY_COST:  # held as words
+        if _as_words(delivery):
+            record = delivery.record
+            if record is not None:
+                records = self._records
+                if records is None:
+                    records = self._records = []
+                records.append(record)
             self.append_words(
-                delivery.message, delivery.qos, delivery.retain, delivery.subscription_ids
+                delivery.message,
+                delivery.qos,
+                delivery.retain,
+                delivery.subscription_ids,
+                record is not None,
             )
             return
         held = self._held
@@ -127,10 +153,16 @@ class DeliveryQueue:
         self.length += 1
 
     def append_words(
-        self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
+        self,
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        recorded: bool = False,
     ) -> None:
-        """Queue a delivery with no share, record nor ``on_done`` and at most one
-        subscription identifier (``queued_cost``: words) without making it a ``Delivery``."""
+        """Queue a delivery with no share nor ``on_done`` and at most one subscription
+        identifier (``queued_cost``: words) without making it a ``Delivery``
+        (``recorded``: ``append`` put its record in the list of records)."""
         key = id(message)
         count = _NAMED.get(key)
         if count is None:
@@ -140,8 +172,8 @@ class DeliveryQueue:
             _NAMED[key] = count + 1
         words = self.words
         words.append(key)
-        flags = qos << 1 | retain
-        words.append(subscription_ids[0] << 3 | flags if subscription_ids else flags)
+        flags = qos << 1 | retain | (_RECORDED if recorded else 0)
+        words.append(subscription_ids[0] << _ID_SHIFT | flags if subscription_ids else flags)
         self.length += 1
 
     def popleft(self) -> Delivery:
@@ -169,21 +201,43 @@ class DeliveryQueue:
             del _QUEUED[key], _NAMED[key]
         else:
             _NAMED[key] = count - 1
-        ids = (flags >> 3,) if flags >> 3 else _NO_IDS
-        return Delivery(message, flags >> 1 & 3, bool(flags & 1), ids, None)
+        ids = (flags >> _ID_SHIFT,) if flags >> _ID_SHIFT else _NO_IDS
+        delivery = Delivery(message, flags >> 1 & 3, bool(flags & 1), ids, None)
+        if flags & _RECORDED:
+            delivery.record = self._pop_record()
+        return delivery
+
+    def _pop_record(self) -> bytes:
+        records = self._records
+        assert records is not None
+        at = self._record_head
+        record = records[at]
+        at += 1
+        if at == len(records):
+            self._records = None
+            at = 0
+        elif at >= _COMPACT_FROM and at << 2 >= len(records):
+            del records[:at]
+            at = 0
+        self._record_head = at
+        return record
 
     def __iter__(self) -> Iterator[Delivery]:
         """The queued deliveries in order (those held as words as new ``Delivery`` objects)."""
         words = self.words
         held = iter(self._held or ())
+        records = iter((self._records or [])[self._record_head :])
         for at in range(self._head, len(words), 2):
             key = words[at]
             if key == _HELD:
                 yield next(held)
             else:
                 flags = words[at + 1]
-                ids = (flags >> 3,) if flags >> 3 else _NO_IDS
-                yield Delivery(_QUEUED[key], flags >> 1 & 3, bool(flags & 1), ids, None)
+                ids = (flags >> _ID_SHIFT,) if flags >> _ID_SHIFT else _NO_IDS
+                delivery = Delivery(_QUEUED[key], flags >> 1 & 3, bool(flags & 1), ids, None)
+                if flags & _RECORDED:
+                    delivery.record = next(records)
+                yield delivery
 
     def __getitem__(self, index: int) -> Delivery:
         for at, delivery in enumerate(self):
@@ -198,8 +252,9 @@ class DeliveryQueue:
     def clear(self) -> None:
         self._unname_all()
         del self.words[:]
-        self.length = self._head = 0
+        self.length = self._head = self._record_head = 0
         self._held = None
+        self._records = None
 
     def __del__(self) -> None:
         # a queue dropped with entries (its session forgotten) must not keep their messages
