@@ -174,6 +174,7 @@ class DurableStore(Protocol):
     ids_first: bool
     """True (``max_queued_writes`` 0) when a QoS 2 record's PUBLISH and PUBREL wait until the
     store has answered the write of its packet id / PUBREC state (``core.owed_writes``)."""
+
     @property
     def unwritten(self) -> int:
         """Records made and not yet answered by the store (each holds its delivery, its

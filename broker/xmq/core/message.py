@@ -14,6 +14,12 @@ from xmq.codec.writer import encode_publish_parts
 EncodedPublish = tuple[bytes, bytes]
 _NO_IDS: tuple[int, ...] = ()
 
+PlainMessage = tuple[str, bytes, int, bool, "str | None", "int | None", str, int, int, bytes, bytes]
+"""A message without properties as plain data (``Message.plain``): topic, payload, QoS,
+retain, origin, ``expires_at``, ``forward_id``, size, and one cached wire variant (its key,
+``-1`` for none, head and tail). Atoms only: the cyclic collector stops tracking such a tuple
+at its first collection, so a queue's table of them is no work for it (``core.delivery_queue``)."""
+
 
 class Message:
     """One application message; immutable once routed (but for ``forward_id``, given once by
@@ -27,6 +33,7 @@ class Message:
         "payload",
         "properties",
         "qos",
+        "queued_key",
         "queued_refs",
         "retain",
         "size",
@@ -40,6 +47,8 @@ class Message:
     (as sent, or as received); ``''`` before that, and always without a cluster."""
     queued_refs: int
     """Queued deliveries of this message, unset until the first (see ``core.memory_cost``)."""
+    queued_key: int
+    """Its key in the queues' message table, unset until first queued (``core.delivery_queue``)."""
 
     def __init__(
         self,
@@ -82,6 +91,47 @@ class Message:
         self._variants: dict[object, EncodedPublish] = (
             {} if wire is None else {wire_version << 3 | qos << 1: wire}
         )
+
+    def plain(self) -> PlainMessage | None:
+        """This message as plain data (``None`` when it has properties: they are objects),
+        with at most one of its cached wire variants."""
+        if self.properties is not None:
+            return None
+        key, head, tail = -1, b"", b""
+        for variant_key, wire in self._variants.items():
+            if type(variant_key) is int:
+                key, (head, tail) = variant_key, wire
+                break
+        return (
+            self.topic,
+            self.payload,
+            self.qos,
+            self.retain,
+            self.origin,
+            self.expires_at,
+            self.forward_id,
+            self.size,
+            key,
+            head,
+            tail,
+        )
+
+    @classmethod
+    def from_plain(cls, plain: PlainMessage) -> Message:
+        """The message ``plain`` holds, as it was routed (``Message.plain``)."""
+        topic, payload, qos, retain, origin, expires_at, forward_id, size, key, head, tail = plain
+        message = cls.__new__(cls)
+        message.topic = topic
+        message.payload = payload
+        message.qos = qos
+        message.retain = retain
+        message.origin = origin
+        message.forward_id = forward_id
+        message.size = size
+        message.properties = None
+        message.expires_at = expires_at
+        message._variants = {} if key < 0 else {key: (head, tail)}
+        return message
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

@@ -60,13 +60,21 @@ def _measure(build: object) -> int:
     return int(after - before)
 
 
-def test_one_message_per_delivery_stays_within_its_charge() -> None:
+@pytest.mark.parametrize("held_elsewhere", [True, False])
+def test_one_message_per_delivery_stays_within_its_charge(held_elsewhere: bool) -> None:
+    """``held_elsewhere``: something else keeps each ``Message`` (in flight to another
+    session, retained): it stays an object. Else a queue's table keeps it as plain data
+    (``core.delivery_queue``), smaller; the charge is the same upper bound."""
     stats = BrokerStats()
     [session] = _offline_sessions(1, stats)
+    elsewhere: list[Message] = []
 
     def build() -> object:
         for n in range(_COUNT):
-            session.deliver(_routed(n), 1, False)
+            message = _routed(n)
+            session.deliver(message, 1, False)
+            if held_elsewhere:
+                elsewhere.append(message)
         return session
 
     used = _measure(build)
@@ -75,7 +83,10 @@ def test_one_message_per_delivery_stays_within_its_charge() -> None:
     assert stats.queued_bytes == session.queued_bytes + _COUNT * (MESSAGE_COST + _routed(0).size)
     charged = stats.queued_bytes / _COUNT
     assert charged >= per_message, (charged, per_message)
-    assert charged <= 1.6 * per_message, (charged, per_message)  # not a wild over-count
+    if held_elsewhere:
+        assert charged <= 1.6 * per_message, (charged, per_message)  # not a wild over-count
+    else:
+        assert charged <= 2 * per_message, (charged, per_message)
 
 
 def test_fan_out_charges_each_delivery_and_the_message_once() -> None:
@@ -216,7 +227,7 @@ def test_recorded_deliveries_stay_within_their_charge() -> None:
     charged = stats.queued_bytes / _COUNT
     per_delivery = used / _COUNT
     assert charged >= per_delivery, (charged, per_delivery)
-    assert charged <= 1.6 * per_delivery, (charged, per_delivery)  # not a wild over-count
+    assert charged <= 2 * per_delivery, (charged, per_delivery)  # (messages: plain data)
 
 
 def test_a_recorded_fan_out_shares_one_record() -> None:
