@@ -7,10 +7,14 @@ fan-out (one-byte messages to 2,000 offline sessions): 1.1 s of CPU every full c
 So a session's ``DeliveryQueue`` holds a plain queued delivery (no shared-group subscription,
 no ``on_done``, at most one subscription identifier) as two machine words in an ``array`` —
 which the collector never traverses — and makes it a ``Delivery`` again when it leaves the
-queue. The words hold the message's ``id()``; ``_QUEUED`` (one for the process) keeps each
-such message alive, counting the words that name it, so the id stays that message's for as
-long as a word names it. The collector then sees one entry per distinct queued message, not
-one object per delivery.
+queue. The words hold the message's key (``Message.queued_key``, from a counter: never
+reused); ``_QUEUED`` (one for the process) keeps each such message, counting the words that
+name it. The collector then sees one entry per distinct queued message, not one object per
+delivery; and a message that nothing but the table holds any more (it was routed, it is not
+in flight, retained nor being fanned out) is kept as plain data (``Message.plain``: a tuple
+of atoms, which the collector stops tracking), made a ``Message`` again when a queue gives it
+out (``_settle_fresh``, ``_message``): one distinct message per queued delivery at the
+default budget was 780,000 tracked objects, ~190 ms of every full collection.
 
 A delivery with a durable record (a persistent session in a cluster) is held the same way,
 its record (``bytes``: not tracked by the collector) in the queue's side list of records, in
