@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xmq.codec.packets import Will
 from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
@@ -54,14 +54,7 @@ class _NothingQueued(DeliveryQueue):
     def append(self, delivery: Delivery) -> None:
         raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
 
-    def append_words(
-        self,
-        message: Message,
-        qos: int,
-        retain: bool,
-        subscription_ids: tuple[int, ...],
-        recorded: bool = False,
-    ) -> None:
+    def append_words(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
 
 

@@ -9,10 +9,9 @@ a 64 MiB budget (docs/benchmarks.md, "Fan-outs from another node")."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.integration.broker.test_memory_budget import _rss
 from tests.integration.cluster.test_peer_fanout_slices import MESSAGES, SESSIONS, _fan_out_ready
 from tests.support.cluster_nodes import ClusterNodes
 from tests.support.http_probe import metric, wait_port
@@ -25,13 +24,6 @@ ALLOWANCE = 12 * 1024 * 1024
 """Allocator slack and the fan-out's buffers: fixed, whatever the fan-out's size."""
 
 
-def _rss(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
-
-
 def test_a_fan_out_from_another_node_grows_rss_by_what_the_budget_counts(
     redis_server: RedisServer, uid: str
 ) -> None:
@@ -41,12 +33,12 @@ def test_a_fan_out_from_another_node_grows_rss_by_what_the_budget_counts(
         node = nodes.nodes[2]
         port = wait_port(node, "metrics")
         queued_before = metric(port, "xmq_queued_bytes")
-        before = _rss(node.proc.pid)
+        before = _rss(node)
         pub.send(flood)  # SESSIONS x MESSAGES durable deliveries on node-2
         for _ in range(MESSAGES):
             packet = pub.read_packet(120)
             assert isinstance(packet, Puback) and packet.reason_code == 0, packet
-        grown = _rss(node.proc.pid) - before
+        grown = _rss(node) - before
         queued = metric(port, "xmq_queued_bytes") - queued_before
         # every delivery is queued and counted (the watcher's are sent, not queued)
         assert metric(port, "xmq_queued_messages") >= SESSIONS * MESSAGES
