@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Final
 
 from xmq.core.memory_cost import DELIVERY_COST, WORDS_DELIVERY_COST, record_cost
-from xmq.core.message import Message, PlainMessage
+from xmq.core.message import Message
 from xmq.core.owed_writes import NOT_OWED
 
 if TYPE_CHECKING:
@@ -53,9 +53,12 @@ _COMPACT_FROM: Final = 16
 queue keeps fewer than 8 sent entries' words beyond a quarter of its live ones); the
 consumed slots of the list of records likewise."""
 
-_QUEUED: dict[int, Message | PlainMessage] = {}
-"""A message's key (``Message.queued_key``) -> the message, or its plain data once nothing
-but this table held it, for every message a queue holds as words."""
+_QUEUED: dict[int, Message] = {}
+"""A message's key (``Message.queued_key``) -> the message, for every message a queue holds
+as words that is an object (``_PLAIN`` holds the others)."""
+_PLAIN: dict[int, bytes] = {}
+"""A message's key -> the message as plain bytes (``Message.plain``), once nothing but the
+table held it. Only ``bytes`` in it: the dict is never tracked by the collector."""
 _NAMED: dict[int, int] = {}
 """A message's key -> how many queued words name it (ints only: the collector skips it)."""
 _KEYS = itertools.count(1)
@@ -292,11 +295,10 @@ def _message(key: int) -> Message:
     """The message of a table entry; one held as plain data is a ``Message`` again (in the
     table, so that every word naming it gets the same object), counting the words naming it
     as its queued deliveries (``core.memory_cost``)."""
-    entry = _QUEUED[key]
-    if type(entry) is Message:
+    entry = _QUEUED.get(key)
+    if entry is not None:
         return entry
-    assert type(entry) is tuple
-    message = Message.from_plain(entry)
+    message = Message.from_plain(_PLAIN.pop(key))
     message.queued_key = key
     message.queued_refs = _NAMED[key]
     _QUEUED[key] = message
@@ -312,13 +314,15 @@ def _settle_fresh() -> None:
     (``_LOOKS`` times at most, ``_LOOKED_AGAIN`` of them), then it stays an object."""
     kept: list[int] = []
     for item in _FRESH:
-        entry = _QUEUED.get(item >> 3)
-        if type(entry) is not Message or entry.properties is not None:
+        key = item >> 3
+        entry = _QUEUED.get(key)
+        if entry is None or entry.properties is not None:
             continue  # (gone, or not plain data)
         if sys.getrefcount(entry) == _ONLY_THE_TABLE:
             plain = entry.plain()
             if plain is not None:
-                _QUEUED[item >> 3] = plain
+                del _QUEUED[key]
+                _PLAIN[key] = plain
         elif item & 7 < _LOOKS and len(kept) < _LOOKED_AGAIN:
             kept.append(item + 1)
     _FRESH[:] = kept
@@ -327,11 +331,13 @@ def _settle_fresh() -> None:
 def _unname(key: int) -> None:
     count = _NAMED[key]
     if count == 1:
-        del _QUEUED[key], _NAMED[key]
+        del _NAMED[key]
+        if _QUEUED.pop(key, None) is None:
+            del _PLAIN[key]
     else:
         _NAMED[key] = count - 1
 
 
 def messages_held_as_words() -> int:
     """Distinct messages queues hold as words (for tests and benchmarks)."""
-    return len(_QUEUED)
+    return len(_QUEUED) + len(_PLAIN)

@@ -7,6 +7,9 @@ the packet id of each subscriber is put between ``head`` and ``tail`` at write t
 
 from __future__ import annotations
 
+import struct
+from typing import Final
+
 from xmq.codec.packets import MQTT_5
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode_publish_parts
@@ -14,11 +17,14 @@ from xmq.codec.writer import encode_publish_parts
 EncodedPublish = tuple[bytes, bytes]
 _NO_IDS: tuple[int, ...] = ()
 
-PlainMessage = tuple[str, bytes, int, bool, "str | None", "int | None", str, int, int, bytes, bytes]
-"""A message without properties as plain data (``Message.plain``): topic, payload, QoS,
-retain, origin, ``expires_at``, ``forward_id``, size, and one cached wire variant (its key,
-``-1`` for none, head and tail). Atoms only: the cyclic collector stops tracking such a tuple
-at its first collection, so a queue's table of them is no work for it (``core.delivery_queue``)."""
+_PLAIN_HEAD = struct.Struct("<BqIiIHHII")
+"""A message as plain bytes (``Message.plain``): flags (QoS, retain, has origin, has expiry),
+``expires_at``, size, the key of its one cached wire variant (``-1``: none), then the lengths
+of its topic, origin, forward id, payload and the variant's head; those follow in that
+order, and the variant's tail is the rest."""
+_RETAIN: Final = 4
+_ORIGIN: Final = 8
+_EXPIRES: Final = 16
 
 
 class Message:
@@ -92,9 +98,10 @@ class Message:
             {} if wire is None else {wire_version << 3 | qos << 1: wire}
         )
 
-    def plain(self) -> PlainMessage | None:
-        """This message as plain data (``None`` when it has properties: they are objects),
-        with at most one of its cached wire variants."""
+    def plain(self) -> bytes | None:
+        """This message as one ``bytes`` object (``None`` when it has properties: objects)
+        with at most one of its cached wire variants: not an object the cyclic collector
+        tracks, nor a container it walks (``core.delivery_queue``)."""
         if self.properties is not None:
             return None
         key, head, tail = -1, b"", b""
@@ -102,35 +109,63 @@ class Message:
             if type(variant_key) is int:
                 key, (head, tail) = variant_key, wire
                 break
-        return (
-            self.topic,
-            self.payload,
-            self.qos,
-            self.retain,
-            self.origin,
-            self.expires_at,
-            self.forward_id,
-            self.size,
-            key,
-            head,
-            tail,
+        topic = self.topic.encode()
+        origin = self.origin.encode() if self.origin is not None else b""
+        forward_id = self.forward_id.encode()
+        expires_at = self.expires_at
+        flags = (
+            self.qos
+            | (_RETAIN if self.retain else 0)
+            | (_ORIGIN if self.origin is not None else 0)
+            | (_EXPIRES if expires_at is not None else 0)
+        )
+        payload = self.payload
+        return b"".join(
+            (
+                _PLAIN_HEAD.pack(
+                    flags,
+                    expires_at or 0,
+                    self.size,
+                    key,
+                    len(topic),
+                    len(origin),
+                    len(forward_id),
+                    len(payload),
+                    len(head),
+                ),
+                topic,
+                origin,
+                forward_id,
+                payload,
+                head,
+                tail,
+            )
         )
 
     @classmethod
-    def from_plain(cls, plain: PlainMessage) -> Message:
+    def from_plain(cls, plain: bytes) -> Message:
         """The message ``plain`` holds, as it was routed (``Message.plain``)."""
-        topic, payload, qos, retain, origin, expires_at, forward_id, size, key, head, tail = plain
+        flags, expires_at, size, key, topic_n, origin_n, forward_n, payload_n, head_n = (
+            _PLAIN_HEAD.unpack_from(plain)
+        )
+        at = _PLAIN_HEAD.size
         message = cls.__new__(cls)
-        message.topic = topic
-        message.payload = payload
-        message.qos = qos
-        message.retain = retain
-        message.origin = origin
-        message.forward_id = forward_id
+        message.topic = plain[at : at + topic_n].decode()
+        at += topic_n
+        message.origin = plain[at : at + origin_n].decode() if flags & _ORIGIN else None
+        at += origin_n
+        message.forward_id = plain[at : at + forward_n].decode()
+        at += forward_n
+        message.payload = plain[at : at + payload_n]
+        at += payload_n
+        message.qos = flags & 3
+        message.retain = bool(flags & _RETAIN)
         message.size = size
         message.properties = None
-        message.expires_at = expires_at
-        message._variants = {} if key < 0 else {key: (head, tail)}
+        message.expires_at = expires_at if flags & _EXPIRES else None
+        message._variants = (
+            {} if key < 0 else {key: (plain[at : at + head_n], plain[at + head_n :])}
+        )
         return message
 
     def expired(self, now: float) -> bool:

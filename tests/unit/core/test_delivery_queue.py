@@ -162,7 +162,7 @@ def test_a_message_kept_as_plain_data_comes_back_the_same() -> None:
     first, second = _offline(2, stats)
     original = _wired(7)
     wire = original.encode(MQTT_5, 1, False)
-    expiring = Message("e/1", b"x", 1, True, None, None, 100.0, forward_id="n/1/f3")
+    expiring = Message("e/ü/1", b"x", 1, True, None, None, 100.0, forward_id="n/1/f3")
     expiring.expires_at = 160
     for message in (original, expiring):
         first.deliver(message, 1, False)

@@ -85,8 +85,8 @@ def test_one_message_per_delivery_stays_within_its_charge(held_elsewhere: bool) 
     assert charged >= per_message, (charged, per_message)
     if held_elsewhere:
         assert charged <= 1.6 * per_message, (charged, per_message)  # not a wild over-count
-    else:
-        assert charged <= 2 * per_message, (charged, per_message)
+    else:  # plain bytes (~260 here): the charge, made when queued, stays the object's
+        assert charged <= 3 * per_message, (charged, per_message)
 
 
 def test_fan_out_charges_each_delivery_and_the_message_once() -> None:
@@ -227,7 +227,7 @@ def test_recorded_deliveries_stay_within_their_charge() -> None:
     charged = stats.queued_bytes / _COUNT
     per_delivery = used / _COUNT
     assert charged >= per_delivery, (charged, per_delivery)
-    assert charged <= 2 * per_delivery, (charged, per_delivery)  # (messages: plain data)
+    assert charged <= 3 * per_delivery, (charged, per_delivery)  # (messages: plain bytes)
 
 
 def test_a_recorded_fan_out_shares_one_record() -> None:
