@@ -187,6 +187,13 @@ class DurableStore(Protocol):
     """True (``max_queued_writes`` 0) when a QoS 2 record's PUBLISH and PUBREL wait until the
     store has answered the write of its packet id / PUBREC state (``core.owed_writes``)."""
 
+    @property
+    def unwritten(self) -> int:
+        """Records made and not yet answered by the store (each holds its delivery, its
+        write and its callback meanwhile: ``core.fanout_slices`` routes no slice while it is
+        over ``RECORDS_AHEAD``)."""
+        ...
+
     def record(
         self, session: Session, delivery: Delivery, now: float, context: DurableContext
     ) -> bool:

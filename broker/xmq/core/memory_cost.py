@@ -8,7 +8,8 @@ Counting only the payload (as the budget once did) saw 8 bytes where ~116 were u
 of one-byte messages grew the process far past ``limits.memory_budget_bytes``. So:
 
 * every queued delivery costs ``WORDS_DELIVERY_COST`` or ``DELIVERY_COST`` bytes
-  (``delivery_queue.queued_cost``), charged to its session and the budget;
+  (``delivery_queue.queued_cost``), plus ``record_cost`` of its durable record when it has
+  one (a persistent session in a cluster), charged to its session and the budget;
 * the first queued delivery of a message also charges the budget ``MESSAGE_COST`` plus twice
   its size (``len(topic) + len(payload)``): a message holds its topic and payload once as
   fields and once more in its encoded wire bytes (the publisher's bytes, or the first variant
@@ -42,6 +43,19 @@ WORDS_DELIVERY_COST: Final = 24
 """Bytes of one queued delivery held as two words: 16, at most ~23 with the array's growth
 margin and a quarter of consumed words not yet dropped. A queue's fixed part (the object,
 the rest of its smallest allocation) is its session's cost, as its deque's once was."""
+
+RECORD_COST: Final = 56
+"""Bytes of a queued delivery's durable record beyond its length (``record_cost``): the
+``bytes`` object's header, rounded up (40), and its slot in its queue's list of records with
+that list's growth margin and consumed slots not yet dropped (16). The records of one
+forwarded message are one object shared by its deliveries (``RedisSessionStore.new_record``):
+each is still charged its own, an upper bound."""
+
+
+def record_cost(record: bytes) -> int:
+    """What a queued delivery's durable ``record`` adds to its charge."""
+    return RECORD_COST + len(record)
+
 
 MESSAGE_COST: Final = 640
 """Bytes of one queued ``Message`` beyond twice its topic and payload (measured ~530)."""

@@ -7,12 +7,24 @@ the packet id of each subscriber is put between ``head`` and ``tail`` at write t
 
 from __future__ import annotations
 
+import struct
+from typing import Final
+
 from xmq.codec.packets import MQTT_5
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode_publish_parts
 
 EncodedPublish = tuple[bytes, bytes]
 _NO_IDS: tuple[int, ...] = ()
+
+_PLAIN_HEAD = struct.Struct("<BqIiIHHII")
+"""A message as plain bytes (``Message.plain``): flags (QoS, retain, has origin, has expiry),
+``expires_at``, size, the key of its one cached wire variant (``-1``: none), then the lengths
+of its topic, origin, forward id, payload and the variant's head; those follow in that
+order, and the variant's tail is the rest."""
+_RETAIN: Final = 4
+_ORIGIN: Final = 8
+_EXPIRES: Final = 16
 
 
 class Message:
@@ -27,6 +39,7 @@ class Message:
         "payload",
         "properties",
         "qos",
+        "queued_key",
         "queued_refs",
         "retain",
         "size",
@@ -42,6 +55,8 @@ class Message:
     PUBLISH is sent again to any node); ``''`` otherwise, and always without a cluster."""
     queued_refs: int
     """Queued deliveries of this message, unset until the first (see ``core.memory_cost``)."""
+    queued_key: int
+    """Its key in the queues' message table, unset until first queued (``core.delivery_queue``)."""
 
     def __init__(
         self,
@@ -84,6 +99,76 @@ class Message:
         self._variants: dict[object, EncodedPublish] = (
             {} if wire is None else {wire_version << 3 | qos << 1: wire}
         )
+
+    def plain(self) -> bytes | None:
+        """This message as one ``bytes`` object (``None`` when it has properties: objects)
+        with at most one of its cached wire variants: not an object the cyclic collector
+        tracks, nor a container it walks (``core.delivery_queue``)."""
+        if self.properties is not None:
+            return None
+        key, head, tail = -1, b"", b""
+        for variant_key, wire in self._variants.items():
+            if type(variant_key) is int:
+                key, (head, tail) = variant_key, wire
+                break
+        topic = self.topic.encode()
+        origin = self.origin.encode() if self.origin is not None else b""
+        forward_id = self.forward_id.encode()
+        expires_at = self.expires_at
+        flags = (
+            self.qos
+            | (_RETAIN if self.retain else 0)
+            | (_ORIGIN if self.origin is not None else 0)
+            | (_EXPIRES if expires_at is not None else 0)
+        )
+        payload = self.payload
+        return b"".join(
+            (
+                _PLAIN_HEAD.pack(
+                    flags,
+                    expires_at or 0,
+                    self.size,
+                    key,
+                    len(topic),
+                    len(origin),
+                    len(forward_id),
+                    len(payload),
+                    len(head),
+                ),
+                topic,
+                origin,
+                forward_id,
+                payload,
+                head,
+                tail,
+            )
+        )
+
+    @classmethod
+    def from_plain(cls, plain: bytes) -> Message:
+        """The message ``plain`` holds, as it was routed (``Message.plain``)."""
+        flags, expires_at, size, key, topic_n, origin_n, forward_n, payload_n, head_n = (
+            _PLAIN_HEAD.unpack_from(plain)
+        )
+        at = _PLAIN_HEAD.size
+        message = cls.__new__(cls)
+        message.topic = plain[at : at + topic_n].decode()
+        at += topic_n
+        message.origin = plain[at : at + origin_n].decode() if flags & _ORIGIN else None
+        at += origin_n
+        message.forward_id = plain[at : at + forward_n].decode()
+        at += forward_n
+        message.payload = plain[at : at + payload_n]
+        at += payload_n
+        message.qos = flags & 3
+        message.retain = bool(flags & _RETAIN)
+        message.size = size
+        message.properties = None
+        message.expires_at = expires_at if flags & _EXPIRES else None
+        message._variants = (
+            {} if key < 0 else {key: (plain[at : at + head_n], plain[at + head_n :])}
+        )
+        return message
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at

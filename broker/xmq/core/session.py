@@ -3,15 +3,16 @@
 A ``Session`` outlives its connections. Outbound QoS 1/2 messages are ``Delivery`` records:
 queued until the client's in-flight window (its Receive Maximum) has room, then in flight
 under a packet id until acknowledged. QoS 0 goes straight to the connection or is dropped.
-While queued, a plain one is not an object at all but two words in the session's
-``DeliveryQueue`` (out of the garbage collector's sight: ``core.delivery_queue``).
+While queued, a plain one (or one with a durable record) is not an object at all but two
+words in the session's ``DeliveryQueue`` (out of the garbage collector's sight:
+``core.delivery_queue``).
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xmq.codec.packets import PacketType, Will
 from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
@@ -65,9 +66,7 @@ class _NothingQueued(DeliveryQueue):
     def append(self, delivery: Delivery) -> None:
         raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
 
-    def append_words(
-        self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
-    ) -> None:
+    def append_words(self, *args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
 
 
@@ -256,7 +255,7 @@ class Session:
         conn = self.connection
         if conn is not None and self._goes_out_now(conn):
             return True
-        return self._room_for(message, DELIVERY_COST)  # a recorded one is held as itself
+        return self._room_for(message, DELIVERY_COST)  # (its record's cost: when queued)
 
     def _room_for(self, message: Message, cost: int) -> bool:
         """Room for an entry costing ``cost`` in this session's queue and in the node's

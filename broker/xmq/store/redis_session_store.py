@@ -130,6 +130,8 @@ class RedisSessionStore:
         self._recent: set[tuple[str, str]] = set()
         self._recent_order: deque[tuple[str, str]] = deque()
         self._fenced = FencedCalls(keys, (identity.node_id, identity.epoch), seen_ttl_ms)
+        self._last_record: tuple[Message, int, bool, tuple[int, ...], str, bytes] | None = None
+        """The last record encoded under a forwarded message's id (``new_record``)."""
 
     # -- records ----------------------------------------------------------------------------
 
@@ -141,10 +143,38 @@ class RedisSessionStore:
         subscription_ids: tuple[int, ...],
         record_id: str = "",
     ) -> bytes:
-        """Encode a record under ``record_id`` (a forwarded message's id), else a new id."""
+        """Encode a record under ``record_id`` (a forwarded message's id), else a new id.
+
+        The records of one forwarded message routed to many sessions here are equal (same
+        id, message and delivery terms): the last one encoded is given again, one object that
+        every queue holding it shares (``core.delivery_queue``), not one per session."""
         if not record_id:
             identity = self.identity
             record_id = f"{identity.node_id}/{identity.epoch}/{next(self._ids)}"
+        else:
+            last = self._last_record
+            if (
+                last is not None
+                and last[0] is message
+                and last[1] == qos
+                and last[2] == retain
+                and last[3] == subscription_ids
+                and last[4] == record_id
+            ):
+                return last[5]
+            raw = self._encode(message, qos, retain, subscription_ids, record_id)
+            self._last_record = (message, qos, retain, subscription_ids, record_id, raw)
+            return raw
+        return self._encode(message, qos, retain, subscription_ids, record_id)
+
+    @staticmethod
+    def _encode(
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        record_id: str,
+    ) -> bytes:
         return encode_record(
             record_id,
             message.topic,

@@ -18,7 +18,7 @@ from xmq.codec.packets import (
 from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, DurableHold
-from xmq.core.fanout_slices import SLICE
+from xmq.core.fanout_slices import RECORDS_AHEAD, SLICE
 from xmq.core.held_acks import AckGate
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session
@@ -126,6 +126,10 @@ class FakeStore:
             hold.hold()
         self.pending.append((session, delivery, hold))
         return True
+
+    @property
+    def unwritten(self) -> int:
+        return len(self.pending)
 
     def write_all(self) -> None:
         pending, self.pending = self.pending, []
@@ -276,5 +280,32 @@ async def test_a_sliced_fan_out_holds_the_puback_for_the_records_of_every_slice(
     assert all(hold is not None for _, _, hold in store.pending)  # later slices' records too
     router.confirm()
     assert pub_link.packets() == []
+    store.write_all()
+    assert pub_link.packets() == [Puback(5)]
+
+
+async def test_a_fan_out_waits_while_the_store_is_records_behind() -> None:
+    """No slice goes while ``RECORDS_AHEAD`` records wait for the store: each one holds its
+    delivery, write and callback until written (200,000 made at once grew a node ~60 MB)."""
+    broker, store, router = _cluster_broker()
+    sessions = RECORDS_AHEAD + 2 * SLICE
+    for n in range(sessions):
+        conn, _ = await connect_client(broker, f"sub{n}", _persistent(f"sub{n}"))
+        conn.handle(Subscribe(1, [SubscriptionRequest("t", 1)]))
+    pub, pub_link = await connect_client(broker, "pub")
+    pub.handle(Publish("t", b"m", qos=1, packet_id=5))
+    for _ in range(50):  # many more turns than the slices up to the bound take
+        await asyncio.sleep(0)
+    ahead = len(store.pending)
+    assert RECORDS_AHEAD <= ahead < RECORDS_AHEAD + SLICE  # (a slice may cross it) then waits
+    assert pub.fanning_out == 1
+    store.write_all()  # the store caught up: the rest goes
+    for _ in range(400):
+        if not pub.fanning_out:
+            break
+        await asyncio.sleep(0.002)
+    assert pub.fanning_out == 0
+    assert len(store.pending) == sessions - ahead
+    router.confirm()
     store.write_all()
     assert pub_link.packets() == [Puback(5)]

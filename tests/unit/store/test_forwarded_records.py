@@ -204,3 +204,36 @@ async def _replay_as(
     store.append_if_owner(client_id, owner, message, 2, False, lambda node, _: moved.append(node))
     await store.flush()
     return moved
+
+
+async def test_a_forwarded_fan_out_queues_one_shared_record(server: RedisServer) -> None:
+    """One forwarded message to many offline persistent sessions here: each session's Redis
+    queue gets the record, and the sessions' in-memory queues share one record object (not
+    one each: 20,000 sessions x 10 messages grew a node by ~470 bytes a delivery); an
+    acknowledgement still removes its own session's record only."""
+    sync = server.client()
+    sync.flushall()
+    node_b = await _store(server, B)
+    sessions = [_session(node_b, f"sub-{n}") for n in range(50)]
+    message = _forwarded(b"1", "a-0/7/f1")
+    other = _forwarded(b"2", "a-0/7/f2")
+    for msg in (message, other):
+        for session in sessions:
+            assert _received(session, msg)
+    await node_b.flush()
+    records = {id(d.record) for session in sessions for d in session.queue}
+    assert len(records) == 2  # one per message
+    assert all(
+        [r.record_id for r in _queued(sync, s.client_id)] == ["a-0/7/f1", "a-0/7/f2"]
+        for s in sessions
+    )
+    first = sessions[0]
+    delivery = first.queue.popleft()
+    first.unqueued(delivery)
+    assert (delivery.message, delivery.record) == (message, sessions[1].queue[0].record)
+    node_b.acknowledged(first, delivery)
+    await node_b.flush()
+    assert [r.record_id for r in _queued(sync, "sub-0")] == ["a-0/7/f2"]
+    assert [r.record_id for r in _queued(sync, "sub-1")] == ["a-0/7/f1", "a-0/7/f2"]
+    sync.close()
+    await node_b.batcher.close()
