@@ -35,9 +35,9 @@ _COMPACT_FROM: Final = 16
 """Consumed words are dropped once they are this many and a quarter of the array (so a
 queue keeps fewer than 8 sent entries' words beyond a quarter of its live ones)."""
 
-_QUEUED: dict[int, Message] = {}
+_QUEUED: dict[object, Message] = {}
 """``id(message)`` -> the message, for every message a queue holds as words."""
-_NAMED: dict[int, int] = {}
+_NAMED: dict[object, int] = {}
 """``id(message)`` -> how many queued words name it (ints only: the collector skips it)."""
 
 
@@ -127,7 +127,7 @@ class DeliveryQueue:
     ) -> None:
         """Queue a delivery with no share, record nor ``on_done`` and at most one
         subscription identifier (``queued_cost``: words) without making it a ``Delivery``."""
-        key = id(message)
+        key: object = id(message)  # one int object keys both tables (compiled: boxed once)
         count = _NAMED.get(key)
         if count is None:
             _QUEUED[key] = message
@@ -135,7 +135,7 @@ class DeliveryQueue:
         else:
             _NAMED[key] = count + 1
         words = self.words
-        words.append(key)
+        words.append(id(message))
         flags = qos << 1 | retain
         words.append(subscription_ids[0] << 3 | flags if subscription_ids else flags)
         self.length += 1
@@ -207,6 +207,29 @@ class DeliveryQueue:
             key = words[at]
             if key != _HELD:
                 _unname(key)
+
+
+class _NothingQueued(DeliveryQueue):
+    """The shared empty queue of every session that has never queued a message.
+
+    An empty ``DeliveryQueue`` costs 136 bytes and a ``set`` 216: most sessions (an idle
+    device) never queue a message nor receive QoS 2, so they share these read-only empties and
+    get their own on first use (``queue_for_append``, ``inbound_for_update``). Mutating a
+    shared one is a bug and raises.
+    """
+
+    __slots__ = ()
+
+    def append(self, delivery: Delivery) -> None:
+        raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
+
+    def append_words(
+        self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
+    ) -> None:
+        raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
+
+
+NOTHING_QUEUED: DeliveryQueue = _NothingQueued()
 
 
 def _unname(key: int) -> None:
