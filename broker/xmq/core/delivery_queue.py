@@ -32,7 +32,7 @@ import sys
 from array import array
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 from xmq.core.memory_cost import DELIVERY_COST, WORDS_DELIVERY_COST, record_cost
 from xmq.core.message import Message
@@ -53,14 +53,17 @@ _COMPACT_FROM: Final = 16
 queue keeps fewer than 8 sent entries' words beyond a quarter of its live ones); the
 consumed slots of the list of records likewise."""
 
-_QUEUED: dict[int, Message] = {}
+_QUEUED: dict[object, Message] = {}
 """A message's key (``Message.queued_key``) -> the message, for every message a queue holds
 as words that is an object (``_PLAIN`` holds the others)."""
-_PLAIN: dict[int, bytes] = {}
+_PLAIN: dict[object, bytes] = {}
 """A message's key -> the message as plain bytes (``Message.plain``), once nothing but the
 table held it. Only ``bytes`` in it: the dict is never tracked by the collector."""
-_NAMED: dict[int, int] = {}
-"""A message's key -> how many queued words name it (ints only: the collector skips it)."""
+_NAMED: dict[object, int] = {}
+"""A message's key -> how many queued words name it (ints only: the collector skips it).
+
+The tables are keyed by ``object``: a new message's key is one int object, shared by the
+tables and ``Message.queued_key`` (compiled, an ``int`` key would be boxed again for each)."""
 _KEYS = itertools.count(1)
 """Keys of the table (never ``_HELD``, never reused: a key outlives its message's object)."""
 _FRESH: list[int] = []
@@ -72,9 +75,6 @@ a moment (an online client's window full) cost a full collection ~1 ms, and are 
 plain bytes would pay for their packing (~2,000 instructions a message, there and back)."""
 _LOOKS: Final = 4
 _LOOKED_AGAIN: Final = 8
-_ONLY_THE_TABLE: Final = 3
-"""``sys.getrefcount`` of a table entry that nothing else holds: the table, the local name,
-the call's argument."""
 
 
 class Delivery(OutboundFlight):
@@ -183,19 +183,21 @@ class DeliveryQueue:
         """Queue a delivery with no share nor ``on_done`` and at most one subscription
         identifier (``queued_cost``: words) without making it a ``Delivery``
         (``recorded``: ``append`` put its record in the list of records)."""
-        key: int = getattr(message, "queued_key", 0)
+        key: object = getattr(message, "queued_key", 0)
         if key and _QUEUED.get(key) is message:
             _NAMED[key] += 1
         else:
             if _FRESH:
                 _settle_fresh()
-            key = message.queued_key = next(_KEYS)
+            number = next(_KEYS)
+            key = cast(object, number)  # boxed once: one int object for the tables and message
+            message.queued_key = key
             _QUEUED[key] = message
             _NAMED[key] = 1
             if len(_QUEUED) > _PLAIN_FROM:
-                _FRESH.append(key << 3)
+                _FRESH.append(number << 3)
         words = self.words
-        words.append(key)
+        words.append(cast(int, key))
         flags = qos << 1 | retain | (_RECORDED if recorded else 0)
         words.append(subscription_ids[0] << _ID_SHIFT | flags if subscription_ids else flags)
         self.length += 1
@@ -316,17 +318,59 @@ def _settle_fresh() -> None:
     kept: list[int] = []
     for item in _FRESH:
         key = item >> 3
-        entry = _QUEUED.get(key)
-        if entry is None or entry.properties is not None:
-            continue  # (gone, or not plain data)
-        if sys.getrefcount(entry) == _ONLY_THE_TABLE:
-            plain = entry.plain()
+        if _refs_in(_QUEUED, key) == _ONLY_THE_TABLE:
+            entry = _QUEUED[key]
+            plain = entry.plain() if entry.properties is None else None
             if plain is not None:
                 del _QUEUED[key]
                 _PLAIN[key] = plain
-        elif item & 7 < _LOOKS and len(kept) < _LOOKED_AGAIN:
+            continue
+        held = _QUEUED.get(key)
+        if held is None or held.properties is not None:
+            continue  # (gone, or not plain data)
+        if item & 7 < _LOOKS and len(kept) < _LOOKED_AGAIN:
             kept.append(item + 1)
     _FRESH[:] = kept
+
+
+def _refs_in(table: dict[object, Message], key: object) -> int:
+    """``sys.getrefcount`` of ``table[key]`` as this code sees it. Compiled and interpreted
+    code hold references differently, so ``_ONLY_THE_TABLE`` is measured by this same code,
+    not written down; the caller holds no reference to the entry meanwhile."""
+    entry = table.get(key)
+    return sys.getrefcount(entry)
+
+
+_ONLY_THE_TABLE: Final = _refs_in({1: Message("", b"", 0, False, None, None, 0.0)}, 1)
+"""``_refs_in`` of a table entry that nothing else holds."""
+
+
+class _NothingQueued(DeliveryQueue):
+    """The shared empty queue of every session that has never queued a message.
+
+    An empty ``DeliveryQueue`` costs 136 bytes and a ``set`` 216: most sessions (an idle
+    device) never queue a message nor receive QoS 2, so they share these read-only empties and
+    get their own on first use (``queue_for_append``, ``inbound_for_update``). Mutating a
+    shared one is a bug and raises.
+    """
+
+    __slots__ = ()
+
+    def append(self, delivery: Delivery) -> None:
+        raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
+
+    def append_words(
+        self,
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        recorded: bool = False,
+    ) -> None:
+        raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
+
+
+NOTHING_QUEUED: DeliveryQueue = _NothingQueued()
 
 
 def _unname(key: int) -> None:

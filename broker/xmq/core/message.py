@@ -55,8 +55,9 @@ class Message:
     PUBLISH is sent again to any node); ``''`` otherwise, and always without a cluster."""
     queued_refs: int
     """Queued deliveries of this message, unset until the first (see ``core.memory_cost``)."""
-    queued_key: int
-    """Its key in the queues' message table, unset until first queued (``core.delivery_queue``)."""
+    queued_key: object
+    """Its key (an ``int``) in the queues' message table, unset until first queued
+    (``core.delivery_queue``)."""
 
     def __init__(
         self,

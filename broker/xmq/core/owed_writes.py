@@ -25,17 +25,20 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from xmq.codec.writer import pubrel_bytes
+from xmq.core.delivery_queue import Delivery
+from xmq.core.message import Message
 from xmq.protocol.outbound_qos import (
     AFTER_STORE,
     IN_TURN,
     RECORD_STATE,
+    SEND_NOW,
     WRITE_PUBLISH_DUP,
     WRITE_PUBREL,
 )
 
 if TYPE_CHECKING:
     from xmq.core.ports import SessionClient
-    from xmq.core.session import Delivery, Session
+    from xmq.core.session import Session, Subscription
 
 
 def write(conn: SessionClient, delivery: Delivery, action: int, now: float) -> bool:
@@ -53,6 +56,26 @@ def write(conn: SessionClient, delivery: Delivery, action: int, now: float) -> b
         now,
         action == WRITE_PUBLISH_DUP,
     )
+
+
+def write_new(
+    conn: SessionClient,
+    message: Message,
+    qos: int,
+    retain: bool,
+    subscription_ids: tuple[int, ...],
+    share: Subscription | None,
+    packet_id: int,
+    now: float,
+) -> Delivery | None:
+    """The hot path's first send (``Session.deliver``, nothing owed, no store): a new delivery
+    started under ``packet_id`` and written now, in one call (compiled, the delivery's
+    construction, its ``start`` and ``write`` are C calls); None when its PUBLISH exceeds the
+    client's Maximum Packet Size (skipped, as the spec says)."""
+    delivery = Delivery(message, qos, retain, subscription_ids, share)
+    if write(conn, delivery, delivery.start(packet_id, SEND_NOW), now):
+        return delivery
+    return None
 
 
 def hold_for(session: Session, delivery: Delivery) -> int:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from xmq.codec.packets import PacketType, Will
 from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
+from xmq.core.delivery_queue import NOTHING_QUEUED as NOTHING_QUEUED
 from xmq.core.delivery_queue import Delivery as Delivery
 from xmq.core.delivery_queue import DeliveryQueue, queued_cost
 from xmq.core.memory_cost import (
@@ -27,12 +28,11 @@ from xmq.core.memory_cost import (
     would_hold,
 )
 from xmq.core.message import Message
-from xmq.core.owed_writes import hold_for, owe, write, write_due
+from xmq.core.owed_writes import hold_for, owe, write, write_due, write_new
 from xmq.protocol.outbound_qos import (
     COMPLETE,
     NOTHING,
     RECORD_STATE,
-    SEND_NOW,
     WAIT_TURN,
     WRITE_PUBLISH,
     WRITE_PUBLISH_DUP,
@@ -52,26 +52,8 @@ if TYPE_CHECKING:
 _NO_IDS: tuple[int, ...] = ()
 
 
-class _NothingQueued(DeliveryQueue):
-    """The shared empty queue of every session that has never queued a message.
-
-    An empty ``DeliveryQueue`` costs 136 bytes and a ``set`` 216: most sessions (an idle
-    device) never queue a message nor receive QoS 2, so they share these read-only empties and
-    get their own on first use (``queue_for_append``, ``inbound_for_update``). Mutating a
-    shared one is a bug and raises.
-    """
-
-    __slots__ = ()
-
-    def append(self, delivery: Delivery) -> None:
-        raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
-
-    def append_words(self, *args: Any, **kwargs: Any) -> None:
-        raise RuntimeError("a session's queue must be allocated first (queue_for_append)")
-
-
 class _NoInboundIds(set[int]):
-    """The shared empty set of inbound QoS 2 packet ids (see ``_NothingQueued``)."""
+    """The shared empty set of inbound QoS 2 packet ids (see ``delivery_queue._NothingQueued``)."""
 
     __slots__ = ()
 
@@ -82,7 +64,6 @@ class _NoInboundIds(set[int]):
         raise RuntimeError("a session's inbound ids must be allocated first (inbound_for_update)")
 
 
-NOTHING_QUEUED: DeliveryQueue = _NothingQueued()
 NO_INBOUND_IDS: set[int] = _NoInboundIds()
 
 
@@ -224,10 +205,10 @@ class Session:
                 packet_id = allocator.allocate(inflight)
             else:
                 allocator.next_id = packet_id + 1 if packet_id < 0xFFFF else 1
-            delivery = Delivery(message, qos, retain, subscription_ids, share)
-            if not write(conn, delivery, delivery.start(packet_id, SEND_NOW), now):
+            sent = write_new(conn, message, qos, retain, subscription_ids, share, packet_id, now)
+            if sent is None:
                 return False  # too large for this client: skipped as the spec says
-            inflight[packet_id] = delivery
+            inflight[packet_id] = sent
             return True
         if share is None and len(subscription_ids) < 2:
             return self._enqueue_words(message, qos, retain, subscription_ids)

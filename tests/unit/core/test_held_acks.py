@@ -114,6 +114,8 @@ def test_a_client_with_receive_maximum_held_acks_is_not_read_until_one_goes() ->
 class FakeStore:
     """Records wait until ``write_all``; the hold the core passes is taken per record."""
 
+    ids_first = False  # a QoS 2 PUBLISH need not wait for its packet id's record
+
     def __init__(self) -> None:
         self.pending: list[tuple[Session, Delivery, DurableHold | None]] = []
         self.inbound: list[tuple[int, DurableHold | None]] = []
