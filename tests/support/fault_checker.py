@@ -3,7 +3,8 @@ its subscriber.
 
 Real paho-mqtt clients with persistent sessions roam over the cluster's nodes: each
 ``RoamingClient`` reconnects on its own (next node, backoff) whenever its connection breaks and
-resumes its session (paho re-sends its unacknowledged PUBLISH / PUBREL itself). Publishers send
+resumes its session (paho re-sends its unacknowledged PUBLISH / PUBREL itself; a PUBREL stays a
+PUBREL across refused reconnects: ``keep_owed_pubrels``). Publishers send
 payloads ``<stream>:<seq>`` and record in the shared :class:`DeliveryLedger` only the sequence
 numbers they got a *successful* PUBACK (QoS 1) or PUBCOMP (QoS 2) for; subscribers record every
 copy that arrives. Several subscribers may share a topic (and several publishers): each of them
@@ -166,6 +167,21 @@ class DeliveryLedger:
         return self.report()
 
 
+def keep_owed_pubrels(client: mqtt.Client) -> None:
+    """Before each (re)connect: a QoS 2 message whose PUBREL paho sent stays a PUBREL to send
+    again. paho-mqtt 2.2 marks such a message "resend PUBREL" when it reconnects and sends the
+    PUBREL after the CONNACK; a connect that gets no successful CONNACK (refused 0x88 while the
+    nodes rejoin, or cut) leaves that mark, and the next reconnect turns it into "publish":
+    paho then sends the *PUBLISH* again, after its PUBREL — which the sender must never do
+    (MQTT-4.3.3: not re-sent once its PUBREL is sent), and which a broker must take for a new
+    message (the receiver released the id at the PUBREL): a QoS 2 duplicate made by the client.
+    Put back to "waiting for PUBCOMP", paho's reconnect marks it "resend PUBREL" again."""
+    with client._out_message_mutex:
+        for message in client._out_messages.values():
+            if message.qos == 2 and message.state == mqtt.mqtt_ms_resend_pubrel:
+                message.state = mqtt.mqtt_ms_wait_for_pubcomp
+
+
 class RoamingClient:
     """A paho client with a persistent session that reconnects to the next node on its own."""
 
@@ -248,6 +264,7 @@ class RoamingClient:
 
     def _connect(self) -> None:
         port, host = self.ports[self.index], self.hosts[self.index]
+        keep_owed_pubrels(self.client)
         if self.version == V5:
             properties = Properties(PacketTypes.CONNECT)  # type: ignore[no-untyped-call]
             properties.SessionExpiryInterval = self.session_expiry
