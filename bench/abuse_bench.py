@@ -328,26 +328,31 @@ async def park_sessions(
     props.session_expiry_interval = 3600
     subscribe = encode(Subscribe(1, [SubscriptionRequest(topic_filter, 1)]), MQTT_5)
     bye = encode(Disconnect(), MQTT_5)
-    gate = asyncio.Semaphore(concurrency)
     codes: dict[int, int] = {}
+    numbers = iter(range(count))
 
     async def park(n: int) -> None:
         connect = Connect(client_id=f"{prefix}{n}", clean_start=False, properties=props)
         code = -1
-        async with gate:
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                writer.write(encode(connect, MQTT_5) + subscribe + bye)
-                data = await asyncio.wait_for(reader.read(1 << 16), 60)
-                packets = PacketReader(protocol_version=MQTT_5).feed(data) if data else []
-                if packets and isinstance(packets[0], Connack):
-                    code = packets[0].reason_code
-                writer.close()
-            except (OSError, TimeoutError):
-                pass
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(encode(connect, MQTT_5) + subscribe + bye)
+            data = await asyncio.wait_for(reader.read(1 << 16), 60)
+            packets = PacketReader(protocol_version=MQTT_5).feed(data) if data else []
+            if packets and isinstance(packets[0], Connack):
+                code = packets[0].reason_code
+            writer.close()
+        except (OSError, TimeoutError):
+            pass
         codes[code] = codes.get(code, 0) + 1
 
-    await asyncio.gather(*(park(n) for n in range(count)))
+    async def parker() -> None:
+        # ``concurrency`` tasks taking the next number: not one task per session, whose
+        # creation (20,000 at once) would stall this process's loop, the prober's too
+        for n in numbers:
+            await park(n)
+
+    await asyncio.gather(*(parker() for _ in range(concurrency)))
     return codes
 
 
@@ -417,14 +422,16 @@ async def peer_fanout(broker: Broker) -> str:
     """The measured broker is node-2 of a cluster (Redis, ``max_queued_writes`` 0): node-1,
     started here, forwards 10 PUBLISH frames that each reach 20,000 persistent sessions on
     node-2; node-1's publisher gets its PUBACKs once node-2 has recorded every slice."""
-    peer = Broker(broker.config, node_id="node-1")
+    # started and stopped on a thread: both block (the start reads the node's output until it
+    # listens), and this loop runs the well-behaved clients, whose times must be the broker's
+    peer = await asyncio.to_thread(Broker, broker.config, "node-1")
     try:
         await _linked(peer, "node-2")
         codes = await park_sessions(broker.port, "wide-", "wide/#", 20_000)
         await asyncio.sleep(1)  # the last durable subscriptions reach node-1
         acks, took = await _publish_wide(peer.port)  # node-1 forwards the frames together
     finally:
-        peer.stop()
+        await asyncio.to_thread(peer.stop)
     return (
         f"{codes.get(0, 0)} sessions parked on this node; 10 PUBLISH x 20,000 from node-1: "
         f"{len(acks)}/10 PUBACKs ({_codes(acks)}) in {took:.1f} s"
@@ -652,6 +659,7 @@ class Row:
     tracebacks: int
     outcome: str
     load: float  # the host's 1-minute load average at the end of the attack
+    own_lag_ms: float  # this process's longest loop lag: the well-behaved clients' own stall
 
     def missed(self) -> list[str]:
         """The targets this attack missed: stall (wall clock, loop CPU), /healthz, RSS
@@ -709,6 +717,17 @@ async def _watch(
         await asyncio.sleep(0.25)
 
 
+async def _own_lag(lags: list[float]) -> None:
+    """This process's loop lag, sampled every 10 ms: the well-behaved clients and the
+    attacker share the loop, so a CONNACK or delivery time is the broker's only while this
+    stays small."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + 0.01
+        await asyncio.sleep(0.01)
+        lags.append(loop.time() - due)
+
+
 async def measure(attack: Attack) -> Row:
     if not attack.cluster:
         return await _measure(attack, attack.config)
@@ -735,11 +754,14 @@ async def _measure(attack: Attack, config: str, node_id: str | None = None) -> R
         busy: list[float] = []
         health: dict[str, int] = {}
         watcher = asyncio.create_task(_watch(broker, stalls, busy, health))
+        own: list[float] = [0.0]
+        own_watcher = asyncio.create_task(_own_lag(own))
         good.seen.recording = True
         outcome = await asyncio.wait_for(attack.run(broker), 300)
         await asyncio.sleep(3)
         good.seen.recording = False
         watcher.cancel()
+        own_watcher.cancel()
         after = await asyncio.to_thread(broker.metrics)
         stalls.append(after.get("xmq_event_loop_lag_max_seconds", 0.0))
         busy.append(after.get("xmq_event_loop_busy_max_seconds", 0.0))
@@ -757,6 +779,7 @@ async def _measure(attack: Attack, config: str, node_id: str | None = None) -> R
             broker.tracebacks(),
             outcome,
             os.getloadavg()[0],
+            max(own) * 1000,
         )
     finally:
         good.stop()
@@ -767,8 +790,9 @@ def markdown(rows: list[Row]) -> str:
     lines = [
         "| attack | CONNACK p99 | delivery p99 | longest stall (CPU) | /healthz "
         "| RSS before → after "
-        "| refused (reason: count) | tracebacks | what the attacker got | load | targets |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| refused (reason: count) | tracebacks | what the attacker got | load "
+        "| bench's own lag | targets |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         failed = f" ({r.failed_connects} failed)" if r.failed_connects else ""
@@ -776,7 +800,8 @@ def markdown(rows: list[Row]) -> str:
             f"| {r.attack} | {r.connack_p99_ms:.0f} ms{failed} | {r.delivery_p99_ms:.0f} ms "
             f"| {r.stall_ms:.0f} ms ({r.busy_ms:.0f}) | {r.healthz} | {r.rss_before_mb:.0f} → "
             f"{r.rss_after_mb:.0f} MB | {r.refused} | {r.tracebacks} | {r.outcome} "
-            f"| {r.load:.1f} | {'missed: ' + ', '.join(r.missed()) if r.missed() else 'met'} |"
+            f"| {r.load:.1f} | {r.own_lag_ms:.0f} ms "
+            f"| {'missed: ' + ', '.join(r.missed()) if r.missed() else 'met'} |"
         )
     return "\n".join(lines)
 
