@@ -417,6 +417,8 @@ class ClusterHub:
             count += self.orphans.to_orphans(table.orphans, message, hold)
         if len(table.moved):  # not for a session a node it was sent to announced: it is there
             count += self.orphans.to_orphans(table.moved, message, hold, sent)
+        if table.pending:  # sessions of live runs not linked yet: to them once linked
+            count += self.orphans.to_unlinked(message, hold, sent)
         return count
 
     def has_shared(self, group: str, topic_filter: str) -> bool:

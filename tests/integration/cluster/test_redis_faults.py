@@ -24,6 +24,8 @@ from tests.support.fault_checker import (
     pause_process,
     settle_and_check,
 )
+from tests.support.fault_state import state_reader
+from tests.support.http_probe import metric, wait_port
 from tests.support.redis_server import RedisServer, running_redis
 
 pytestmark = pytest.mark.integration
@@ -67,7 +69,7 @@ def _run_fault(
     fault: float | str,
     load_s: float = 6.0,
 ) -> tuple[DeliveryLedger, Fleet, ClusterNodes]:
-    nodes = ClusterNodes(redis, f"rf-{uid}", lease_ttl_s=lease_ttl_s)
+    nodes = ClusterNodes(redis, f"rf-{uid}", lease_ttl_s=lease_ttl_s, metrics=True)
     ledger = DeliveryLedger()
     fleet = Fleet()
     try:
@@ -95,11 +97,25 @@ def _run_fault(
         raise
 
 
+_UNLINKED = 'kind="unlinked_owner"'
+
+
 def _finish(ledger: DeliveryLedger, fleet: Fleet, nodes: ClusterNodes) -> None:
+    state = state_reader(
+        ledger,
+        fleet,
+        nodes.redis.client,
+        nodes.cluster,
+        lambda: {f"node-{i}": wait_port(n, "metrics") for i, n in nodes.nodes.items()},
+        {n.port: f"node-{i}" for i, n in nodes.nodes.items()},
+    )
     try:
-        settle_and_check(
-            ledger, fleet, lambda: {f"node-{i}": n.log() for i, n in nodes.nodes.items()}
+        waited = sum(
+            metric(wait_port(n, "metrics"), "xmq_cluster_orphan_appends_total", _UNLINKED)
+            for n in nodes.nodes.values()
         )
+        print(f"messages that waited for their session owner's link (issue 12): {waited:.0f}")
+        settle_and_check(ledger, fleet, nodes.logs, state=state)
     finally:
         nodes.stop_all()
 
