@@ -336,7 +336,7 @@ class ClusterHub:
                     self._broadcast(frames.route(True, topic_filter))
             if session.store is not None:
                 if added:
-                    self.table.orphans.drop(session.client_id)
+                    self.table.owned_live(session.client_id)
                     self.table.moved.drop(session.client_id)
                 self._broadcast(self._dsub(added, session, sub))
             return

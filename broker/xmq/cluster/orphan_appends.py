@@ -91,21 +91,19 @@ class OrphanAppends:
         return count
 
     def to_unlinked(self, message: Message, hold: DurableHold | None, sent: Collection[str]) -> int:
-        """Send ``message`` to every session of an owner run that is alive but not linked to
-        this node yet (``table.pending``: read from Redis at start or on rejoining, before its
-        link formed) that it matches; return how many. It waits for that run's link
-        (``LinkWait``, the publisher's ack held) and goes to it with DIRECT; without this the
-        message was routed nowhere (0x10) though the session and its client were live (issue
-        12). A linked run's routes take its messages (its snapshot announced its sessions)."""
+        """Send ``message`` to every session it matches of an owner run that was alive when
+        this node read the session from Redis (``table.pending``: at start or on rejoining)
+        and has not been confirmed linked since; return how many. Not linked yet, it waits
+        for that run's link (``LinkWait``, the publisher's ack held) and goes to it with
+        DIRECT; before, it was routed nowhere (0x10) though the session and its client were
+        live (issue 12). A session a node in ``sent`` announced is left to that node's own
+        routing; a linked owner that has not announced it (its claim attaching it) gets it
+        with DIRECT (held there during the claim, else queued in Redis for the next one)."""
         hub = self.hub
         if hub.store is None:
             return 0
         count = 0
-        for owner, pending in list(hub.table.pending.items()):
-            node, epoch = owner
-            link = hub.links.get(node)
-            if link is not None and link.peer_epoch == epoch:
-                continue
+        for (node, epoch), pending in list(hub.table.pending.items()):
             for client_id, (_, qos, _) in self._targets(pending.index, message, sent).items():
                 if qos:
                     count += 1

@@ -125,11 +125,18 @@ class RouteTable:
         sessions = self.durable.setdefault(node, {})
         if added:
             sessions.setdefault(client_id, {})[sub.key] = sub
-            self.orphans.drop(client_id)  # a live node owns it now
+            self.owned_live(client_id)  # a live node owns it now
         else:
             subs = sessions.get(client_id)
             if subs is not None:
                 subs.pop(sub.key, None)
+
+    def owned_live(self, client_id: str) -> None:
+        """A live, linked node (or this one) has the session now: it is nobody's orphan, and
+        no longer waits for the owner run it had when read from Redis."""
+        self.orphans.drop(client_id)
+        for pending in self.pending.values():
+            pending.index.drop(client_id)
 
     def durable_gone(self, node: str, epoch: int, client_id: str, orphan: bool) -> None:
         """A persistent session left ``node``: until a new owner announces it, it is an orphan.

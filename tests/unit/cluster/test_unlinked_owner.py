@@ -111,3 +111,25 @@ async def test_an_owner_run_older_than_the_linked_one_is_dead_its_queue_gets_it(
     _link(hub, "node-1", 8)  # node-1 restarted: the pending run is dead
     assert hub.forward(_message(b"m1")) == 1
     assert store.appends == [("sub", ("node-1", 7), b"m1")]
+
+
+async def test_a_linked_owner_that_has_not_announced_the_session_gets_it_directly() -> None:
+    hub, store = _hub_with_pending(("node-1", 7))
+    link = _link(hub, "node-1", 7)  # linked; its claim of the session is still attaching it
+    hold = Hold()
+    assert hub.forward(_message(b"m1"), hold) == 1
+    assert [client_id for client_id, _ in _directs(link)] == ["sub"]
+    hold.release()
+    assert hold.pending == 1  # until node-1 confirms its record (or its queue's)
+    link.confirmed(1)
+    assert hold.pending == 0
+    assert store.appends == []
+
+
+async def test_a_session_another_node_announced_since_no_longer_waits_for_its_old_owner() -> None:
+    hub, _ = _hub_with_pending(("node-1", 7))
+    _link(hub, "node-3", 2)
+    hub.table.durable_sub("node-3", "sub", DurableSub("t/+", "t/+", 1, 0), True)  # moved there
+    assert len(hub.table.pending[("node-1", 7)].index) == 0
+    assert hub.forward(_message(b"m1")) == 0  # (node-3 announced no route for it here)
+    assert len(hub.link_wait) == 0
