@@ -93,6 +93,7 @@ class DeliveryLedger:
         self.topic: dict[str, str] = {}  # stream -> its topic
         self.readers: dict[str, list[str]] = {}  # topic -> its subscribers
         self.copies: dict[tuple[str, str], Counter[int]] = {}  # (subscriber, stream) -> copies
+        self.reasons: dict[str, Counter[int]] = {}  # stream -> its acks' reason codes
 
     def stream(self, name: str, qos: int, topic: str) -> None:
         """A publisher's stream of messages on ``topic``."""
@@ -109,6 +110,7 @@ class DeliveryLedger:
 
     def ack(self, stream: str, seq: int, reason: int) -> None:
         with self._lock:
+            self.reasons.setdefault(stream, Counter())[reason] += 1
             if reason < 0x80:
                 self.acked[stream].add(seq)
             else:
@@ -156,6 +158,26 @@ class DeliveryLedger:
                 tuple(twice),
                 frozenset(twice_streams),
             )
+
+    def reason_totals(self) -> dict[int, int]:
+        """How many acks of every stream carried each reason code (0x10: no subscriber)."""
+        with self._lock:
+            totals: Counter[int] = Counter()
+            for reasons in self.reasons.values():
+                totals.update(reasons)
+            return dict(sorted(totals.items()))
+
+    def lossy_streams(self) -> dict[str, dict[str, int]]:
+        """topic -> {stream: how many acknowledged messages of it some reader lacks}."""
+        with self._lock:
+            lossy: dict[str, dict[str, int]] = {}
+            for stream, seqs in self.acked.items():
+                topic = self.topic[stream]
+                for reader in self.readers.get(topic) or ["(no subscriber)"]:
+                    lost = len(seqs - self.copies.get((reader, stream), Counter()).keys())
+                    if lost:
+                        lossy.setdefault(topic, {})[stream] = lost
+            return lossy
 
     def wait_delivered(self, timeout: float, settle: float = 1.0) -> LedgerReport:
         """Wait until every acknowledged message arrived (or ``timeout``), then ``settle``
@@ -220,6 +242,8 @@ class RoamingClient:
         self.connects = 0
         self.session_lost = 0
         self.disconnect_reasons: Counter[int] = Counter()
+        self.connected_port = 0  # the node port of the current connection (0: none)
+        self.connect_log: list[tuple[int, int]] = []  # (port, CONNACK reason) of each CONNACK
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"roam-{client_id}", daemon=True)
         self.client.on_connect = self._on_connect
@@ -250,8 +274,11 @@ class RoamingClient:
         """Called after each CONNACK (paho's thread)."""
 
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any, props: Any) -> None:
+        port = self.ports[self.index]
+        self.connect_log.append((port, _code(reason)))
         if _code(reason) != 0:
             return
+        self.connected_port = port
         self.connects += 1
         if self.connects > 1 and not flags.session_present:
             self.session_lost += 1
@@ -260,6 +287,7 @@ class RoamingClient:
 
     def _on_disconnect(self, client: Any, userdata: Any, flags: Any, reason: Any, _: Any) -> None:
         self.disconnect_reasons[_code(reason)] += 1
+        self.connected_port = 0
         self.connected.clear()
 
     def _connect(self) -> None:
@@ -455,13 +483,21 @@ def settle_and_check(
     logs: Callable[[], dict[str, str]],
     min_acked: int = 300,
     timeout: float = 30.0,
+    state: Callable[[], str] | None = None,
 ) -> LedgerReport:
     """Wait for every acknowledged message (printing the report, and ``logs()`` when something
     is missing or a QoS 2 message came twice), stop the fleet, then assert: at least
-    ``min_acked`` acknowledged, 0 missing, 0 QoS 2 duplicates. Stop the nodes afterwards."""
+    ``min_acked`` acknowledged, 0 missing, 0 QoS 2 duplicates. Stop the nodes afterwards.
+    ``state``: a dump of the cluster's end state, printed when something is missing, before
+    the fleet stops (``tests.support.fault_state``)."""
     try:
         report = ledger.wait_delivered(timeout=timeout)
-        print(f"checker: {report}; sessions lost {fleet.sessions_lost}")
+        print(
+            f"checker: {report}; sessions lost {fleet.sessions_lost}; "
+            f"ack reasons {ledger.reason_totals()}"
+        )
+        if report.missing and state is not None:
+            print(f"--- cluster state at the end:\n{state()}")
         if report.missing or report.qos2_duplicates:
             for name, text in logs().items():
                 print(f"--- {name} log:\n{text[-6000:]}")

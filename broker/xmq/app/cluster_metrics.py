@@ -48,7 +48,11 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
 
     def appends() -> dict[str, float]:
         orphans = hub.orphans
-        return {"appended": orphans.appends, "owner_alive_retry": orphans.retries}
+        return {
+            "appended": orphans.appends,
+            "owner_alive_retry": orphans.retries,
+            "unlinked_owner": orphans.unlinked,
+        }
 
     def fence() -> dict[str, float]:
         return {"reads_held": broker.fence.holds, "waiting": broker.fence.waiting}
@@ -113,8 +117,9 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
         ),
         LabelledSource(
             "xmq_cluster_orphan_appends",
-            "APPEND_IF_OWNER calls for sessions of owners believed dead, and appends asked "
-            "again because the owner still held its lease.",
+            "APPEND_IF_OWNER calls for sessions of owners believed dead, appends asked "
+            "again because the owner still held its lease, and messages for sessions of a live "
+            "owner not linked yet (sent once linked).",
             "kind",
             appends,
             kind="counter",

@@ -20,7 +20,7 @@ from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.dead_peers import DeadPeers
 from xmq.cluster.link_tls import link_tls_contexts
 from xmq.cluster.membership import Membership
-from xmq.cluster.orphan_loader import PendingOrphans, load_orphans
+from xmq.cluster.orphan_loader import load_orphans
 from xmq.cluster.peer_link import PeerLink
 from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
@@ -141,7 +141,6 @@ class ClusterRuntime:
         self._reload_task: asyncio.Task[None] | None = None
         self.membership: Membership | None = None
         self.dead_peers: DeadPeers | None = None  # peers killed without the operator's release
-        self.pending_orphans: dict[tuple[str, int], PendingOrphans] = {}
         self._peers_task: asyncio.Task[None] | None = None
         # linked node -> (its link, membership.refreshes when that link's lease was first missing)
         self._lease_missing_since: dict[str, tuple[PeerLink, int]] = {}
@@ -234,7 +233,7 @@ class ClusterRuntime:
                 continue
             peers = membership.peers
             self.hub.connect_peers({node: lease.address for node, lease in peers.items()})
-            if self.pending_orphans:
+            if self.hub.table.pending:
                 await self._adopt_pending()
             self._close_stale_links(membership)
 
@@ -274,7 +273,7 @@ class ClusterRuntime:
         try:
             async with asyncio.timeout(10):
                 orphans = await load_orphans(
-                    self.lease_client, self.keys, self.hub.table, self.pending_orphans
+                    self.lease_client, self.keys, self.hub.table, self.hub.table.pending
                 )
             await self._adopt_pending()
             if orphans:
@@ -292,17 +291,18 @@ class ClusterRuntime:
     async def _adopt_pending(self) -> None:
         """Sessions of owners seen with a lease at start: orphans once the owner is gone."""
         peers = self.membership.peers if self.membership is not None else {}
-        for key, pending in list(self.pending_orphans.items()):
+        table = self.hub.table
+        for key, pending in list(table.pending.items()):
             node, epoch = key
             link = self.hub.links.get(node)
             if link is not None and link.peer_epoch == epoch:
-                del self.pending_orphans[key]  # alive: its link snapshot announced them
+                del table.pending[key]  # alive: its link snapshot announced them
                 continue
             lease = peers.get(node)
             gone = lease is not None and lease.epoch != epoch
             if gone or not await self.hub.reachable(pending.address):
-                pending.adopt_into(self.hub.table)
-                del self.pending_orphans[key]
+                pending.adopt_into(table)
+                del table.pending[key]
 
     def _offline(self) -> None:
         log.error("node %s offline", self.identity.node_id)

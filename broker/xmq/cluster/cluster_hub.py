@@ -336,7 +336,7 @@ class ClusterHub:
                     self._broadcast(frames.route(True, topic_filter))
             if session.store is not None:
                 if added:
-                    self.table.orphans.drop(session.client_id)
+                    self.table.owned_live(session.client_id)
                     self.table.moved.drop(session.client_id)
                 self._broadcast(self._dsub(added, session, sub))
             return
@@ -417,6 +417,8 @@ class ClusterHub:
             count += self.orphans.to_orphans(table.orphans, message, hold)
         if len(table.moved):  # not for a session a node it was sent to announced: it is there
             count += self.orphans.to_orphans(table.moved, message, hold, sent)
+        if table.pending:  # sessions of live runs not linked yet: to them once linked
+            count += self.orphans.to_unlinked(message, hold, sent)
         return count
 
     def has_shared(self, group: str, topic_filter: str) -> bool:

@@ -47,12 +47,13 @@ def _announced(
 class OrphanAppends:
     """The hub's appends for sessions without a live, linked owner."""
 
-    __slots__ = ("appends", "hub", "retry_s", "retries")
+    __slots__ = ("appends", "hub", "retry_s", "retries", "unlinked")
 
     def __init__(self, hub: ClusterHub) -> None:
         self.hub = hub
         self.appends = 0  # APPEND_IF_OWNER calls (a metric)
         self.retries = 0  # appends asked again: the owner run still held its lease
+        self.unlinked = 0  # messages for a live owner run not linked yet (``to_unlinked``)
         self.retry_s = max(0.1, min(0.5, hub.identity.lease_ttl_s / 5))
 
     def to_orphans(
@@ -73,18 +74,7 @@ class OrphanAppends:
         store = self.hub.store
         if store is None:
             return 0
-        durable = self.hub.table.durable
-        targets: dict[str, tuple[OrphanSub, int, bool]] = {}
-        for client_id, orphan in index.tree.match(message.topic):
-            if orphan.flags & NO_LOCAL and client_id == message.origin:
-                continue
-            if routed_by and _announced(durable, routed_by, client_id):
-                continue
-            qos = min(orphan.qos, message.qos)
-            retain = message.retain and bool(orphan.flags & RETAIN_AS_PUBLISHED)
-            previous = targets.get(client_id)
-            if previous is None or previous[1] < qos:
-                targets[client_id] = (orphan, qos, retain)
+        targets = self._targets(index, message, routed_by)
         count = 0
         for client_id, (orphan, qos, retain) in targets.items():
             if qos == 0:
@@ -99,6 +89,45 @@ class OrphanAppends:
             self.appends += 1
             store.append_if_owner(client_id, orphan.owner, message, qos, retain, moved, hold)
         return count
+
+    def to_unlinked(self, message: Message, hold: DurableHold | None, sent: Collection[str]) -> int:
+        """Send ``message`` to every session it matches of an owner run that was alive when
+        this node read the session from Redis (``table.pending``: at start or on rejoining)
+        and has not been confirmed linked since; return how many. Not linked yet, it waits
+        for that run's link (``LinkWait``, the publisher's ack held) and goes to it with
+        DIRECT; before, it was routed nowhere (0x10) though the session and its client were
+        live (issue 12). A session a node in ``sent`` announced is left to that node's own
+        routing; a linked owner that has not announced it (its claim attaching it) gets it
+        with DIRECT (held there during the claim, else queued in Redis for the next one)."""
+        hub = self.hub
+        if hub.store is None:
+            return 0
+        count = 0
+        for (node, epoch), pending in list(hub.table.pending.items()):
+            for client_id, (_, qos, _) in self._targets(pending.index, message, sent).items():
+                if qos:
+                    count += 1
+                    self.unlinked += 1
+                    self.owner_moved(client_id, message, qos, node, epoch, hold)
+        return count
+
+    def _targets(
+        self, index: OrphanIndex, message: Message, routed_by: Collection[str]
+    ) -> dict[str, tuple[OrphanSub, int, bool]]:
+        """client id -> (its best matching entry, delivery QoS, retain) for ``message``."""
+        durable = self.hub.table.durable
+        targets: dict[str, tuple[OrphanSub, int, bool]] = {}
+        for client_id, orphan in index.tree.match(message.topic):
+            if orphan.flags & NO_LOCAL and client_id == message.origin:
+                continue
+            if routed_by and _announced(durable, routed_by, client_id):
+                continue
+            qos = min(orphan.qos, message.qos)
+            retain = message.retain and bool(orphan.flags & RETAIN_AS_PUBLISHED)
+            previous = targets.get(client_id)
+            if previous is None or previous[1] < qos:
+                targets[client_id] = (orphan, qos, retain)
+        return targets
 
     def owner_moved(
         self,

@@ -1,4 +1,4 @@
-"""At start: learn the persistent sessions whose owner is already dead, from Redis.
+"""At start (and rejoining): learn the persistent sessions whose owner is already dead, from Redis.
 
 A node learns other nodes' persistent subscriptions over the links; a node that starts after
 an owner died (or the restarted owner itself, under its new epoch) reads them here instead:
@@ -16,34 +16,19 @@ import redis.asyncio as aioredis
 from xmq.cluster.route_table import (
     NO_LOCAL,
     RETAIN_AS_PUBLISHED,
-    OrphanIndex,
     OrphanSub,
+    PendingOrphans,
     RouteTable,
 )
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.records import NodeLease, SessionOwner
 from xmq.contract.subscription_record import decode_subscription
 
+__all__ = ["PendingOrphans", "load_orphans"]
+
 log = logging.getLogger("xmq.cluster.orphans")
 
 MAX_SESSIONS = 100_000
-
-
-class PendingOrphans:
-    """Sessions of an owner that still had a lease when this node started."""
-
-    __slots__ = ("address", "index")
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.index = OrphanIndex()
-
-    def adopt_into(self, table: RouteTable) -> None:
-        for client_id, filters in self.index.by_client.items():
-            for topic_filter in filters:
-                orphan = self.index.tree.get(topic_filter, client_id)
-                if orphan is not None:
-                    table.orphans.add(client_id, topic_filter, orphan)
 
 
 def _text(value: bytes | str) -> str:

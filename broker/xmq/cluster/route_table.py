@@ -5,6 +5,9 @@
 * ``durable``: per node, the subscriptions of its persistent sessions. While a node is linked
   they are only kept; when its link drops they become ``orphans``: messages matching them are
   appended to the sessions' Redis queues until another node claims the session.
+* ``pending``: per owner run, the persistent sessions of a run that held its lease when this
+  node read them from Redis (at start, or rejoining) and is not linked yet: messages for them
+  wait for its link (``OrphanAppends.to_unlinked``); they become orphans if it proves dead.
 * ``moved``: sessions this node handed over (kept a few seconds, same treatment as orphans, for
   messages still on their way here; not used for a message from or to a node that has
   announced the session in ``durable``: it delivers that message itself).
@@ -68,6 +71,23 @@ class OrphanIndex:
         return len(self.by_client)
 
 
+class PendingOrphans:
+    """Sessions of an owner run that still had a lease when this node read them."""
+
+    __slots__ = ("address", "index")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.index = OrphanIndex()
+
+    def adopt_into(self, table: RouteTable) -> None:
+        for client_id, filters in self.index.by_client.items():
+            for topic_filter in filters:
+                orphan = self.index.tree.get(topic_filter, client_id)
+                if orphan is not None:
+                    table.orphans.add(client_id, topic_filter, orphan)
+
+
 @dataclass(slots=True)
 class AnnouncedRoutes:
     """What a peer's route snapshot named, collected on a resumed link until SNAPSHOT_END."""
@@ -87,6 +107,7 @@ class RouteTable:
         self.durable: dict[str, dict[str, dict[str, DurableSub]]] = {}
         self.orphans = OrphanIndex()
         self.moved = OrphanIndex()
+        self.pending: dict[tuple[str, int], PendingOrphans] = {}
 
     def route(self, node: str, topic_filter: str, added: bool) -> None:
         if added:
@@ -104,11 +125,18 @@ class RouteTable:
         sessions = self.durable.setdefault(node, {})
         if added:
             sessions.setdefault(client_id, {})[sub.key] = sub
-            self.orphans.drop(client_id)  # a live node owns it now
+            self.owned_live(client_id)  # a live node owns it now
         else:
             subs = sessions.get(client_id)
             if subs is not None:
                 subs.pop(sub.key, None)
+
+    def owned_live(self, client_id: str) -> None:
+        """A live, linked node (or this one) has the session now: it is nobody's orphan, and
+        no longer waits for the owner run it had when read from Redis."""
+        self.orphans.drop(client_id)
+        for pending in self.pending.values():
+            pending.index.drop(client_id)
 
     def durable_gone(self, node: str, epoch: int, client_id: str, orphan: bool) -> None:
         """A persistent session left ``node``: until a new owner announces it, it is an orphan.
