@@ -127,7 +127,7 @@ class ClientConnection:
         self.send_window = 0
         self.max_packet_size = 268_435_460
         self.out_aliases: OutboundTopicAliases | None = None
-        self.in_aliases = InboundTopicAliases(broker.settings.limits.topic_alias_maximum)
+        self.in_aliases: InboundTopicAliases | None = None  # made on its first aliased PUBLISH
         self.problem_info = True
         self.will_on_close = True
         self.last_seen = broker.now()
@@ -236,6 +236,15 @@ class ClientConnection:
             if on_puback(packet_id, now) == VIOLATION:
                 self.close_with(ReasonCode.PROTOCOL_ERROR, "PUBACK for a QoS 2 message")
                 return
+
+    def inbound_aliases(self) -> InboundTopicAliases:
+        """The topic aliases this client sets (made when its first PUBLISH uses one: most
+        clients never do, and an idle connection holds no table)."""
+        aliases = self.in_aliases
+        if aliases is None:
+            limit = self.broker.settings.limits.topic_alias_maximum
+            aliases = self.in_aliases = InboundTopicAliases(limit)
+        return aliases
 
     @property
     def client_id(self) -> str:

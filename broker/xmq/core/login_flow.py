@@ -354,9 +354,8 @@ def _admit(
             conn.version,
             " session present" if present else "",
         )
-    now = broker.now()
     if present:
-        session.resend_inflight(conn, now)
+        session.resend_inflight(conn, broker.now())
     pending, conn.held_packets = conn.held_packets, None
     if conn.auth_task is not None:  # a login that waited paused reading (``on_connect``)
         conn.link.resume_reading()
