@@ -51,6 +51,9 @@ class SinkLink:
     def abort(self) -> None:
         pass
 
+    def login_accepted(self) -> None:
+        pass
+
     def pause_reading(self) -> None:
         pass
 

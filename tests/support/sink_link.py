@@ -42,6 +42,9 @@ class SinkLink:
     def abort(self) -> None:
         self.closed = True
 
+    def login_accepted(self) -> None:
+        pass
+
     def pause_reading(self) -> None:
         pass
 

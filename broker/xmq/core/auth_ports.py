@@ -151,7 +151,7 @@ class AllowAll:
 
     __slots__ = ()
     inline = True
-    """``acl_for`` never waits nor needs a task: ``login_flow`` may run it inline."""
+    """``acl_for`` never waits: ``login_flow`` asks ``acl_now`` instead (no coroutine)."""
 
     def can_publish(self, topic: str, qos: int, retain: bool) -> bool:
         return not topic.startswith(RESERVED_TOPIC_PREFIX)  # is_reserved_topic, inlined
@@ -159,8 +159,12 @@ class AllowAll:
     def can_subscribe(self, topic_filter: str, qos: int) -> bool:
         return True
 
-    async def acl_for(self, decision: AuthDecision, client_id: str) -> ClientAcl:
+    def acl_now(self, decision: AuthDecision, client_id: str) -> ClientAcl:
+        """``acl_for``'s answer, without a coroutine (an in-memory login, ``inline``)."""
         return self
+
+    async def acl_for(self, decision: AuthDecision, client_id: str) -> ClientAcl:
+        return self.acl_now(decision, client_id)
 
 
 class AnonymousAuthenticator:
@@ -174,17 +178,21 @@ class AnonymousAuthenticator:
 
     __slots__ = ("allow_anonymous",)
     inline = True
-    """``authenticate`` never waits nor needs a task: ``login_flow`` may run it inline."""
+    """``authenticate`` never waits: ``login_flow`` asks ``decide`` instead (no coroutine)."""
 
     def __init__(self, allow_anonymous: bool = True) -> None:
         self.allow_anonymous = allow_anonymous
 
-    async def authenticate(self, credentials: Credentials) -> AuthDecision:
+    def decide(self, credentials: Credentials) -> AuthDecision:
+        """``authenticate``'s answer, without a coroutine (an in-memory login, ``inline``)."""
         if credentials.username is None and not self.allow_anonymous:
             return AuthDecision(
                 AUTH_BAD_USERNAME_OR_PASSWORD, reason_string="anonymous access is disabled"
             )
         return AuthDecision(AUTH_SUCCESS, credentials.username)
+
+    async def authenticate(self, credentials: Credentials) -> AuthDecision:
+        return self.decide(credentials)
 
     def start_exchange(self, method: str, credentials: Credentials) -> AuthExchange | None:
         return None

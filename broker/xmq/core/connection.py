@@ -36,9 +36,17 @@ from xmq.core.auth_ports import AllowAll, Authenticator, AuthExchange, Authorize
 from xmq.core.connection_states import (
     AUTHENTICATING,
     AWAIT_CONNECT,
+    CLAIM_STARTED,
     CLAIMING,
     CLOSED,
+    CONNECT_RECEIVED,
     CONNECTED,
+    ENDED,
+    EVENTS,
+    LOGIN_ACCEPTED,
+    NEXT_STATE,
+    IllegalTransition,
+    next_state,
 )
 from xmq.core.login_flow import on_auth, on_connect, refuse_connect, reload_acl
 from xmq.core.message import Message
@@ -119,7 +127,7 @@ class ClientConnection:
         self.send_window = 0
         self.max_packet_size = 268_435_460
         self.out_aliases: OutboundTopicAliases | None = None
-        self.in_aliases = InboundTopicAliases(broker.settings.limits.topic_alias_maximum)
+        self.in_aliases: InboundTopicAliases | None = None  # made on its first aliased PUBLISH
         self.problem_info = True
         self.will_on_close = True
         self.last_seen = broker.now()
@@ -165,7 +173,7 @@ class ClientConnection:
         terms = self.terms
         if terms is not None and terms.authentication_method is not None:
             if isinstance(packet, Disconnect):
-                self.state = CLOSED
+                self.state = next_state(self.state, ENDED)
                 self.link.close()
             else:
                 refuse_connect(self, ReasonCode.PROTOCOL_ERROR, "only AUTH before the CONNACK")
@@ -229,9 +237,61 @@ class ClientConnection:
                 self.close_with(ReasonCode.PROTOCOL_ERROR, "PUBACK for a QoS 2 message")
                 return
 
+    def inbound_aliases(self) -> InboundTopicAliases:
+        """The topic aliases this client sets (made when its first PUBLISH uses one: most
+        clients never do, and an idle connection holds no table)."""
+        aliases = self.in_aliases
+        if aliases is None:
+            limit = self.broker.settings.limits.topic_alias_maximum
+            aliases = self.in_aliases = InboundTopicAliases(limit)
+        return aliases
+
     @property
     def client_id(self) -> str:
         return self.terms.client_id if self.terms is not None else ""
+
+    # -- the login's transitions: ``login_flow`` says what happened, the connection moves --
+
+    def login_started(self, terms: ConnectTerms) -> None:
+        """Its CONNECT was negotiated to ``terms``: the authenticator decides next."""
+        after = NEXT_STATE[self.state * EVENTS + CONNECT_RECEIVED]  # next_state, inlined
+        if after < 0:
+            raise IllegalTransition(self.state, CONNECT_RECEIVED)
+        self.state = after
+        self.terms = terms
+        self.problem_info = terms.request_problem_information
+
+    def claim_started(self) -> None:
+        """Authenticated: its session is claimed cluster-wide (out of the connect deadline)."""
+        self.state = next_state(self.state, CLAIM_STARTED)
+
+    def login_accepted(self, session: Session, acl: ClientAcl, username: str | None) -> None:
+        """Accepted and attached to ``session`` (the caller writes the CONNACK next): what
+        was granted takes effect, the connection is counted, its connect deadline dropped."""
+        after = NEXT_STATE[self.state * EVENTS + LOGIN_ACCEPTED]  # next_state, inlined
+        if after < 0:
+            raise IllegalTransition(self.state, LOGIN_ACCEPTED)
+        self.state = after
+        terms = self.terms
+        assert terms is not None  # set by ``login_started``
+        broker = self.broker
+        self.session = session
+        self.acl = acl
+        self.username = username
+        self.send_window = min(terms.client_receive_maximum, broker.settings.queues.max_inflight)
+        self.max_packet_size = terms.client_max_packet_size
+        if terms.client_topic_alias_maximum:
+            self.out_aliases = OutboundTopicAliases(terms.client_topic_alias_maximum)
+        broker.connections.add(self)
+        stats = broker.stats
+        stats.clients_connected += 1
+        if stats.clients_connected > stats.clients_maximum:
+            stats.clients_maximum = stats.clients_connected
+        self.link.login_accepted()
+
+    def login_refused(self) -> None:
+        """Its attempt was refused (the caller wrote the CONNACK and closes the link)."""
+        self.state = next_state(self.state, ENDED)
 
     # -- keep alive -------------------------------------------------------------------------
 
@@ -311,12 +371,12 @@ class ClientConnection:
             self._detach(publish_will=self.will_on_close)
         if self.auth_task is not None:
             self.auth_task.cancel()
-        self.state = CLOSED
+        self.state = next_state(self.state, ENDED)
 
     def _detach(self, publish_will: bool) -> None:
         if self.state != CONNECTED:
             return
-        self.state = CLOSED
+        self.state = next_state(CONNECTED, ENDED)
         broker = self.broker
         broker.connections.discard(self)
         broker.stats.clients_connected -= 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from xmq.codec.packets import MQTT_5, Auth, Connack, Connect
 from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import ReasonCode, connack_v311_code
 from xmq.codec.writer import encode
-from xmq.core.auth_ports import AuthDecision, AuthExchange, Credentials
+from xmq.core.auth_ports import AuthDecision, AuthExchange, ClientAcl, Credentials
 from xmq.core.cluster_claims import claim_cluster_wide
 from xmq.core.cluster_ports import ClusterUnavailableError, ForeignSessionError, RestoredSession
 from xmq.core.connection_states import AUTHENTICATING, CLAIMING, CLOSED, CONNECTED
@@ -42,7 +42,6 @@ from xmq.protocol.connect_terms import (
     negotiate_connect,
     server_properties,
 )
-from xmq.protocol.topic_aliases import OutboundTopicAliases
 
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
@@ -75,94 +74,73 @@ def on_connect(conn: ClientConnection, connect: Connect) -> None:
     except ConnectRefused as refused:
         refuse_connect(conn, refused.reason_code, str(refused))
         return
-    conn.terms = terms
-    conn.problem_info = terms.request_problem_information
+    conn.login_started(terms)
     link = conn.link
     credentials = Credentials(
         terms.client_id, connect.username, connect.password, lambda: link.peer, conn.version
     )
-    conn.state = AUTHENTICATING
     if terms.authentication_method is not None:
         exchange = conn.authenticator.start_exchange(terms.authentication_method, credentials)
         if exchange is None:
             refuse_connect(conn, ReasonCode.BAD_AUTHENTICATION_METHOD, "authentication method")
             return
         data = connect.properties.authentication_data if connect.properties else None
-        waits = _start_task(conn, _exchange_step(conn, exchange, data, connect))
+        _start_task(conn, _exchange_step(conn, exchange, data, connect))
+    elif conn.broker.directory is None and _inline(conn.authenticator, conn.authorizer):
+        _login_inline(conn, credentials, connect)
+        return
     else:
-        coro = _authenticate(conn, credentials, connect)
-        waits = _start_task(conn, coro, _runs_inline(conn))
-    if waits:  # reading waits for the login (packets of this read are held meanwhile)
-        conn.link.pause_reading()
+        _start_task(conn, _authenticate(conn, credentials, connect))
+    conn.link.pause_reading()  # reading waits for the login (this read's packets are held)
 
 
-def _runs_inline(conn: ClientConnection) -> bool:
-    """A login that needs no task: an authenticator and an authorizer marked ``inline`` (in
-    memory: their coroutines never wait) and no cluster claim (its Redis round trip runs under
-    ``asyncio.timeout``, which needs a task)."""
-    return (
-        conn.broker.directory is None
-        and getattr(conn.authenticator, "inline", False) is True
-        and getattr(conn.authorizer, "inline", False) is True
-    )
+def _inline(authenticator: object, authorizer: object) -> bool:
+    """A login that needs no task nor coroutine: an authenticator and an authorizer marked
+    ``inline`` (in memory, never waiting), whose ``decide`` / ``acl_now`` give the answers of
+    their ``authenticate`` / ``acl_for`` (each pair written by the same class: a subclass that
+    overrides only the coroutine, one that waits, is not inline). Known per class."""
+    key = (type(authenticator), type(authorizer))
+    known = _INLINE_CLASSES.get(key)
+    if known is None:
+        known = _INLINE_CLASSES[key] = _pair_of(key[0], "decide", "authenticate") and _pair_of(
+            key[1], "acl_now", "acl_for"
+        )
+    return known
 
 
-def _start_task(
-    conn: ClientConnection, coro: Coroutine[Any, None, None], inline: bool = False
-) -> bool:
-    """Run ``coro`` as the connection's one tracked task; ``inline``: at once, up to its first
-    wait, and only a coroutine that does wait becomes a task. True when a task was started
-    (the login waits for it), False when ``coro`` finished inline.
+_INLINE_CLASSES: dict[tuple[type, type], bool] = {}
 
-    Inline, the embedded default (anonymous, allow all) accepts a CONNECT within ``handle``: no
-    task, no loop tick, no held packets, and reading is never paused. The outcome is handled
-    the same way (``_finished``).
-    """
-    if inline:
-        try:
-            first: Any = coro.send(None)  # what the coroutine waits on (a future)
-        except StopIteration:
-            return False
-        except Exception as error:  # noqa: BLE001 - the same handling as a task's exception
-            _finished(conn, error)
-            return False
-        task = asyncio.ensure_future(_continue(coro, first))
-    else:
-        task = asyncio.ensure_future(coro)
+
+def _pair_of(cls: type, now: str, later: str) -> bool:
+    """``cls`` is marked ``inline`` and its ``now`` and ``later`` methods come from one class."""
+    if getattr(cls, "inline", False) is not True:
+        return False
+    owners = [next((k for k in cls.__mro__ if name in k.__dict__), None) for name in (now, later)]
+    return owners[0] is not None and owners[0] is owners[1]
+
+
+def _login_inline(conn: ClientConnection, credentials: Credentials, connect: Connect) -> None:
+    """The in-memory login, at once within ``handle`` (the embedded default: anonymous, allow
+    all, a single node): no task, no coroutine, no loop tick, no held packets, and reading is
+    never paused. The same checks and outcome as a login that waits (``_accept``)."""
+    try:
+        decision = conn.authenticator.decide(credentials)  # type: ignore[attr-defined]
+        if decision.reason_code != 0:
+            refuse_connect(conn, decision.reason_code, decision.reason_string or "not authorized")
+            return
+        acl = conn.authorizer.acl_now(decision, credentials.client_id)  # type: ignore[attr-defined]
+        owner = identity_of(decision.username)
+        if _admissible(conn, connect, acl, owner):
+            _admit(conn, decision, connect, None, acl, None, owner)
+    except Exception as error:  # noqa: BLE001 - as a task's exception (``_task_done``)
+        _finished(conn, error)
+
+
+def _start_task(conn: ClientConnection, coro: Coroutine[Any, None, None]) -> None:
+    """Run ``coro`` as the connection's one tracked task."""
+    task = asyncio.ensure_future(coro)
     conn.auth_task = task
     task.add_done_callback(partial(_task_done, conn))
-    return True
-
-
-async def _continue(coro: Coroutine[Any, Any, None], first: Any) -> None:
-    await _Resumed(coro, first)
-
-
-class _Resumed:
-    """Awaitable continuing a coroutine that already yielded ``first`` (to its task)."""
-
-    __slots__ = ("_coro", "_first")
-
-    def __init__(self, coro: Coroutine[Any, Any, None], first: Any) -> None:
-        self._coro = coro
-        self._first = first
-
-    def __await__(self) -> Generator[Any, None, None]:
-        coro = self._coro
-        value = self._first
-        while True:
-            try:
-                yield value
-            except BaseException as error:  # thrown in by the task (cancellation)
-                try:
-                    value = coro.throw(error)
-                except StopIteration:
-                    return
-            else:
-                try:
-                    value = coro.send(None)
-                except StopIteration:
-                    return
 
 
 def _task_done(conn: ClientConnection, task: asyncio.Future[None]) -> None:
@@ -271,29 +249,16 @@ async def _accept(
     acl = await conn.authorizer.acl_for(decision, conn.client_id)
     if conn.state != AUTHENTICATING:
         return
+    owner = identity_of(decision.username)
+    if not _admissible(conn, connect, acl, owner):
+        return
     terms = conn.terms
     assert terms is not None
     broker = conn.broker
-    cap = broker.session_cap_hit(terms)
-    if cap is not None:
-        broker.stats.cap_hit(cap)
-        refuse_connect(conn, ReasonCode.QUOTA_EXCEEDED, f"{cap} cap reached")
-        return
-    settings = broker.settings
-    if connect.will is not None:
-        refusal = will_refusal(
-            connect.will, acl, settings.max_topic_length, settings.max_topic_levels
-        )
-        if refusal is not None:
-            refuse_connect(conn, *refusal)
-            return
-    owner = identity_of(decision.username)
-    refuse_foreign = settings.foreign_session != CLEAN_START
-    if _foreign_refused(conn, terms, owner, refuse_foreign):
-        return
+    refuse_foreign = broker.settings.foreign_session != CLEAN_START
     restored: RestoredSession | None = None
     if broker.directory is not None:
-        conn.state = CLAIMING  # out of the connect deadline: the claim has its own bound
+        conn.claim_started()  # out of the connect deadline: the claim has its own bound
         try:  # one batched Redis round trip: this node becomes the client id's owner
             restored = await claim_cluster_wide(broker, terms, owner, refuse_foreign)
         except ClusterUnavailableError as error:
@@ -304,14 +269,46 @@ async def _accept(
             return
         if conn.state != CLAIMING or _foreign_refused(conn, terms, owner, refuse_foreign):
             return
-    conn.acl = acl
-    conn.username = decision.username
-    conn.send_window = min(terms.client_receive_maximum, broker.settings.queues.max_inflight)
-    conn.max_packet_size = terms.client_max_packet_size
-    if terms.client_topic_alias_maximum:
-        conn.out_aliases = OutboundTopicAliases(terms.client_topic_alias_maximum)
+    _admit(conn, decision, connect, props, acl, restored, owner)
+
+
+def _admissible(conn: ClientConnection, connect: Connect, acl: ClientAcl, owner: str) -> bool:
+    """The checks of an authenticated login before its session: the session caps, its will,
+    a session of another identity (False: refused, answered and closed)."""
+    terms = conn.terms
+    assert terms is not None
+    broker = conn.broker
+    cap = broker.session_cap_hit(terms)
+    if cap is not None:
+        broker.stats.cap_hit(cap)
+        refuse_connect(conn, ReasonCode.QUOTA_EXCEEDED, f"{cap} cap reached")
+        return False
+    settings = broker.settings
+    if connect.will is not None:
+        refusal = will_refusal(
+            connect.will, acl, settings.max_topic_length, settings.max_topic_levels
+        )
+        if refusal is not None:
+            refuse_connect(conn, *refusal)
+            return False
+    refuse_foreign = settings.foreign_session != CLEAN_START
+    return not _foreign_refused(conn, terms, owner, refuse_foreign)
+
+
+def _admit(
+    conn: ClientConnection,
+    decision: AuthDecision,
+    connect: Connect,
+    props: Properties | None,
+    acl: ClientAcl,
+    restored: RestoredSession | None,
+    owner: str,
+) -> None:
+    """Accept the login: attach the session, CONNACK, keep alive, replay held packets."""
+    terms = conn.terms
+    assert terms is not None
+    broker = conn.broker
     session, present = broker.attach(conn, terms, restored, owner)
-    conn.session = session
     if present:  # the rules may have changed while it was away
         removed, dropped = recheck_resumed(broker, session, acl)
         if (removed or dropped) and log.isEnabledFor(logging.INFO):
@@ -323,12 +320,7 @@ async def _accept(
                 dropped,
             )
     session.will = connect.will
-    conn.state = CONNECTED
-    broker.connections.add(conn)
-    stats = broker.stats
-    stats.clients_connected += 1
-    if stats.clients_connected > stats.clients_maximum:
-        stats.clients_maximum = stats.clients_connected
+    conn.login_accepted(session, acl, decision.username)
     if conn.version == MQTT_5:
         requested = None
         if connect.properties is not None:
@@ -362,9 +354,8 @@ async def _accept(
             conn.version,
             " session present" if present else "",
         )
-    now = broker.now()
     if present:
-        session.resend_inflight(conn, now)
+        session.resend_inflight(conn, broker.now())
     pending, conn.held_packets = conn.held_packets, None
     if conn.auth_task is not None:  # a login that waited paused reading (``on_connect``)
         conn.link.resume_reading()
@@ -431,7 +422,7 @@ def refuse_connect(conn: ClientConnection, reason_code: int, reason: str) -> Non
         conn.link.write(encode(Connack(False, reason_code, props), MQTT_5))
     elif conn.version in (3, 4) and reason_code not in _CLOSE_SILENTLY_V311:
         conn.link.write(encode(Connack(False, connack_v311_code(reason_code)), conn.version))
-    conn.state = CLOSED
+    conn.login_refused()
     conn.link.close()
 
 

@@ -37,6 +37,9 @@ class ClientLink(Protocol):
     def abort(self) -> None:
         """Close at once, dropping what is queued."""
 
+    def login_accepted(self) -> None:
+        """The login was accepted: the adapter drops what guarded it (the connect deadline)."""
+
     def pause_reading(self) -> None: ...
 
     def resume_reading(self) -> None: ...

@@ -37,7 +37,7 @@ def on_publish(conn: ClientConnection, packet: Publish) -> None:
     try:
         if props is not None:
             if props.topic_alias is not None or not topic:
-                topic = conn.in_aliases.resolve(topic, props.topic_alias)
+                topic = conn.inbound_aliases().resolve(topic, props.topic_alias)
             if props.subscription_identifiers:
                 conn.close_with(ReasonCode.PROTOCOL_ERROR, "subscription identifier in PUBLISH")
                 return

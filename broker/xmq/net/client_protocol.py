@@ -276,6 +276,13 @@ class MqttClientProtocol(asyncio.Protocol):
                 return
             self.data_received(data)
 
+    def login_accepted(self) -> None:
+        """The core accepted the login: its connect deadline leaves the wheel now, not when
+        its slot comes round (an entry, and the reference to this connection, held for
+        ``connect_timeout_s``; a due check that would find nothing to do)."""
+        if self.wheel_slot:
+            self.conn.broker.deadlines.remove(self)
+
     def wheel_due(self, now: float) -> float | None:
         """The broker's deadline wheel: this connection's connect timeout is due."""
         if self.on_deadline is not None:

@@ -48,6 +48,9 @@ class _Link:
     def abort(self) -> None:
         self.closed = True
 
+    def login_accepted(self) -> None:
+        pass
+
     def pause_reading(self) -> None:
         pass
 

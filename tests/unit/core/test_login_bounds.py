@@ -9,7 +9,13 @@ import pytest
 from xmq.auth.acl import AclRule, Action, Permission, RuleAcl
 from xmq.codec.packets import Connect, Pingreq, Will
 from xmq.codec.properties import Properties
-from xmq.core.auth_ports import AllowAll, AuthExchange, AuthStep, Credentials
+from xmq.core.auth_ports import (
+    AllowAll,
+    AnonymousAuthenticator,
+    AuthExchange,
+    AuthStep,
+    Credentials,
+)
 from xmq.core.broker import Broker
 from xmq.core.connection import MAX_HELD_PACKETS, MAX_PENDING_BEFORE_CONNACK
 from xmq.core.connection_states import AUTHENTICATING, CLOSED, CONNECTED
@@ -55,9 +61,10 @@ async def test_during_an_exchange_only_auth_may_come_and_little_may_wait() -> No
 
 
 async def test_a_connected_client_is_not_under_the_connect_deadline() -> None:
-    conn, _ = _conn(Broker(CoreSettings()), _SlowAuthenticator())
+    conn, _ = _conn(Broker(CoreSettings()), AnonymousAuthenticator())
     assert conn.login_overdue()  # waiting for its CONNECT
-    conn.state = CONNECTED
+    conn.handle(Connect(client_id="a", protocol_version=5))
+    assert conn.state == CONNECTED
     assert not conn.login_overdue() and conn.accepts_pending(10**9)
 
 

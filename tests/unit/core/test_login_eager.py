@@ -6,15 +6,22 @@ import asyncio
 
 import pytest
 
+from xmq.auth.acl import RuleAcl
 from xmq.codec.packets import Connack, Connect, Disconnect, Pingreq, Subscribe
 from xmq.codec.packets import SubscriptionRequest as Request
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode
-from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator, AuthDecision, Credentials
+from xmq.core.auth_ports import (
+    AllowAll,
+    AnonymousAuthenticator,
+    AuthDecision,
+    ClientAcl,
+    Credentials,
+)
 from xmq.core.broker import Broker
 from xmq.core.connection import ClientConnection
 from xmq.core.connection_states import AUTHENTICATING, CLOSED, CONNECTED
-from xmq.core.login_flow import _plain_connack
+from xmq.core.login_flow import _inline, _plain_connack
 from xmq.core.settings import CoreSettings
 from xmq.protocol.connect_terms import ServerLimits, connack_properties, negotiate_connect
 
@@ -162,3 +169,32 @@ async def test_an_authenticator_not_marked_inline_runs_in_a_task() -> None:
     await asyncio.sleep(0)
     await asyncio.sleep(0)
     assert conn.state == CONNECTED and link.out[0] == 0x20 and link.out.endswith(b"\xd0\x00")
+
+
+class _RefusingAtOnce(AnonymousAuthenticator):
+    """Overrides only the coroutine (an account check that happens not to wait)."""
+
+    async def authenticate(self, credentials: Credentials) -> AuthDecision:
+        return AuthDecision(0x86, reason_string="wrong password")
+
+
+async def test_a_subclass_that_overrides_only_authenticate_is_asked_not_bypassed() -> None:
+    broker = Broker(CoreSettings())
+    conn, link = _conn(broker, _RefusingAtOnce())
+    conn.handle(Connect(client_id="a", protocol_version=5))
+    assert conn.state == AUTHENTICATING and conn.auth_task is not None  # a task: not inline
+    await conn.auth_task
+    assert conn.state == CLOSED and link.out[0] == 0x20 and link.out[3] == 0x86
+
+
+class _PickyAcl(AllowAll):
+    """Overrides only ``acl_for``: its ``acl_now`` (inherited) is not its answer."""
+
+    async def acl_for(self, decision: AuthDecision, client_id: str) -> ClientAcl:
+        return RuleAcl([], username=decision.username, groups=(), client_id=client_id)
+
+
+def test_a_login_is_inline_only_when_both_answers_come_from_one_class() -> None:
+    assert _inline(AnonymousAuthenticator(), AllowAll())
+    assert not _inline(_RefusingAtOnce(), AllowAll())
+    assert not _inline(AnonymousAuthenticator(), _PickyAcl())

@@ -53,9 +53,12 @@ class _PeerAuthenticator(AnonymousAuthenticator):
         super().__init__()
         self.peers: list[str] = []
 
-    async def authenticate(self, credentials: Credentials) -> AuthDecision:
+    def decide(self, credentials: Credentials) -> AuthDecision:
         self.peers += [credentials.peer, credentials.peer]
         return AuthDecision(0, credentials.username)
+
+    async def authenticate(self, credentials: Credentials) -> AuthDecision:
+        return self.decide(credentials)
 
 
 class _WaitingAuthenticator(AnonymousAuthenticator):
@@ -63,10 +66,10 @@ class _WaitingAuthenticator(AnonymousAuthenticator):
 
     def __init__(self) -> None:
         super().__init__()
-        self.decide = asyncio.Event()
+        self.answer = asyncio.Event()
 
     async def authenticate(self, credentials: Credentials) -> AuthDecision:
-        await self.decide.wait()
+        await self.answer.wait()
         return AuthDecision(0, credentials.username)
 
 
@@ -108,7 +111,7 @@ async def test_a_login_that_waits_pauses_reading_until_it_is_accepted() -> None:
     assert transport.calls == ["pause_reading"]
     await asyncio.sleep(0)
     assert client.conn.state == AUTHENTICATING and transport.sent == b""
-    authenticator.decide.set()
+    authenticator.answer.set()
     await _until(lambda: transport.sent.endswith(b"\xd0\x00"))
     assert client.conn.state == CONNECTED and transport.sent[0] == 0x20
     assert transport.calls == ["pause_reading", "resume_reading"]
