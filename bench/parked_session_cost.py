@@ -23,10 +23,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib.util
 import sys
 import tempfile
 import tracemalloc
 from pathlib import Path
+from types import ModuleType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
 
@@ -111,8 +113,17 @@ async def _main(count: int, top: int) -> None:
         print(f"  {stat.size_diff / count:7.1f} B  {where}")
 
 
+def _sibling(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # (its dataclasses look their module up)
+    spec.loader.exec_module(module)
+    return module
+
+
 async def _node(kind: str, count: int) -> None:
-    import abuse_bench  # noqa: PLC0415 (a sibling script: only this mode needs it)
+    abuse_bench = _sibling("abuse_bench")  # a script, not a package: loaded by path
 
     with tempfile.TemporaryDirectory(prefix="xmq-parked-") as data_dir:
         config = "listeners:\n  - {name: mqtt, protocol: tcp, host: 127.0.0.1, port: 0}\n"
@@ -134,7 +145,8 @@ async def _node(kind: str, count: int) -> None:
                 redis.terminate()
                 redis.wait()
     print(f"{kind} node: {codes.get(0, 0)} of {count} parked (CONNACK 0x00)")
-    print(f"RSS {before / 2**20:.1f} -> {after / 2**20:.1f} MiB: {(after - before) / count:.0f} B/session")
+    per_session = (after - before) / count
+    print(f"RSS {before / 2**20:.1f} -> {after / 2**20:.1f} MiB: {per_session:.0f} B/session")
 
 
 def main() -> None:

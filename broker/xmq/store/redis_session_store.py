@@ -72,6 +72,7 @@ log = logging.getLogger("xmq.store.sessions")
 _WAITING_LIMIT = 20_000
 """With max_queued_writes 0: records waiting for Redis before publishers are paused."""
 
+
 def _settle(hold: DurableHold) -> Callable[[Any], None]:
     """A reply callback: ``release`` the hold when written, ``fail`` it when given up."""
 
