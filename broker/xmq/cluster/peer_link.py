@@ -313,13 +313,14 @@ class PeerLink(asyncio.Protocol):
         return self._paused_publishers is not None
 
     def _forwarding(self, message: Message) -> None:
-        """``message`` goes over the link while it is congested: pause its local publisher."""
+        """``message`` goes over the link while it is congested: pause its local publisher
+        (again if another pauser, the store, resumed it meanwhile: pausing is idempotent)."""
         paused = self._paused_publishers
         if paused is None or message.origin is None:
             return
         session = self.hub.broker.sessions.get(message.origin)
         conn = session.connection if session is not None else None
-        if conn is not None and conn not in paused:
+        if conn is not None:
             paused.add(conn)
             conn.link.pause_reading()
 

@@ -172,6 +172,9 @@ async def test_a_congested_link_pauses_the_publishers_it_forwards_for() -> None:
     link.pause_writing()  # the transport's buffer went over it
     link.send_publish(b"frame", message, keep=False)
     assert _congested(link) and _paused(publisher.link) and not _paused(bystander.link)
+    publisher.link.resume_reading()  # resumed by another pauser (the store) meanwhile
+    link.send_publish(b"frame", message, keep=False)
+    assert _paused(publisher.link)  # its next message over the congested link pauses it again
     link.resume_writing()  # drained below the low-water mark
     assert not _congested(link) and not _paused(publisher.link)
     link.pause_writing()
