@@ -11,10 +11,11 @@ Bounded by count (``limit`` pairs) and by age (``max_age_s``, the ``session:seen
 lifetime: a duplicate comes within it), the oldest forgotten first. Before, each pair was a
 tuple in a set and a deque, kept until 65,536 newer ones came (~100 bytes a pair, ~6.5 MB
 held for good after one burst). Here they are grouped by forward id: the first client id of
-a forward id is the dict's value itself (point to point: ~45 bytes a pair), more go in a set
-of client ids (a fan-out: 35–105 bytes a pair as the set grows; the client id strings are
-the sessions'). The bound counts pairs; the oldest forward id goes with all its pairs. The
-age is checked on ``add``, coarsely: the order is stamped at most once per ``STAMP_S``.
+a forward id is the dict's value itself (point to point: ~40 bytes a pair), more are the keys
+of a dict (a fan-out: ~20–35 bytes a pair from 100 sessions a message up; a set would cost
+~105 at 20,000, as sets grow 4x; the client id strings are the sessions'). The bound counts
+pairs; the oldest forward id goes with all its pairs. The age is checked on ``add``,
+coarsely: the order is stamped at most once per ``STAMP_S``.
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ class ForwardedMarks:
         self.max_age_s = max_age_s
         self.count = 0
         """Pairs held."""
-        self._by_id: dict[str, str | set[str]] = {}
+        # forward id -> its client id, or (more than one) its client ids as a dict's keys:
+        # a dict of 20,000 keys costs ~65 bytes a key, a set ~105 (sets grow 4x)
+        self._by_id: dict[str, str | dict[str, None]] = {}
         self._order: deque[str] = deque()  # forward ids, oldest first
         self._appended = 0  # forward ids ever appended to ``_order``
         self._popped = 0  # ... and taken from it
@@ -91,11 +94,11 @@ class ForwardedMarks:
         elif isinstance(held, str):
             if held == client_id:
                 return False
-            by_id[forward_id] = {held, client_id}
+            by_id[forward_id] = {held: None, client_id: None}
         elif client_id in held:
             return False
         else:
-            held.add(client_id)
+            held[client_id] = None
         self.count += 1
         if self.count > self.limit:
             self._forget_oldest()
@@ -113,7 +116,7 @@ class ForwardedMarks:
                 return
             del by_id[forward_id]  # its id stays in ``_order`` until it comes round
         elif client_id in held:
-            held.discard(client_id)
+            del held[client_id]
         else:
             return
         self.count -= 1

@@ -109,3 +109,31 @@ def test_a_point_to_point_pair_costs_half_a_tuple_in_a_set_and_a_deque() -> None
     grouped = _bytes_per_pair(marks, len(forward_ids))
     before = _bytes_per_pair(tuples, len(forward_ids))
     assert grouped * 2 < before, (grouped, before)
+
+
+def test_a_fan_out_pair_costs_a_third_of_a_tuple_in_a_set_and_a_deque() -> None:
+    sessions = [f"device-{n:06d}" for n in range(20_000)]  # the sessions' own strings
+    forward_ids = ["a-0/7/1", "a-0/7/2", "a-0/7/3"]
+
+    def marks() -> ForwardedMarks:
+        held = ForwardedMarks(_Clock())
+        for forward_id in forward_ids:
+            for client_id in sessions:
+                held.add((client_id, forward_id))
+        return held
+
+    def tuples() -> tuple[set[tuple[str, str]], deque[tuple[str, str]]]:
+        held: set[tuple[str, str]] = set()
+        order: deque[tuple[str, str]] = deque()
+        for forward_id in forward_ids:
+            for client_id in sessions:
+                mark = (client_id, forward_id)
+                held.add(mark)
+                order.append(mark)
+        return held, order
+
+    pairs = len(sessions) * len(forward_ids)
+    grouped = _bytes_per_pair(marks, pairs)
+    before = _bytes_per_pair(tuples, pairs)
+    assert grouped * 3 < before, (grouped, before)
+    assert RECENT_FORWARDED * grouped < 4 << 20  # the count bound costs under 4 MiB
