@@ -39,3 +39,6 @@ class RecordingTransport:
 
     def resume_reading(self) -> None:
         pass
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass

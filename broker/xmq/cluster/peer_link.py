@@ -11,6 +11,18 @@ inherits the fan-out in progress, waits behind it too and sends that confirmatio
 head-of-line blocking on that one link — its other publishers' frames wait ~one loop turn per
 1,024 deliveries of the fan-out ahead of them — while other links and clients are served
 every turn. The heartbeat does not count the pause against the peer.
+
+Frames that are not sliced (each reaching fewer than a slice of sessions) are bounded per loop
+turn the same way: a read's frames are handled until they have routed ``SLICE`` deliveries or
+``FRAMES_PER_TURN`` frames, or while the durable store has ``RECORDS_AHEAD`` records not yet
+written; the rest wait behind, in order, reading paused, for the next turn (or, when the store
+is behind, ``RECORDS_WAIT_S``). So a burst of frames from a peer costs a loop turn per slice of
+work, and a peer sending faster than this node routes is held by TCP, not in memory.
+
+Outbound, the transport's write buffer is bounded (``WRITE_HIGH`` / ``WRITE_LOW``): above its
+high-water mark (``pause_writing``) the local publishers whose messages are being forwarded
+over the link have their sockets paused, as the durable store pauses them while its records
+wait, until it drains below the low-water mark (``resume_writing``).
 """
 
 from __future__ import annotations
@@ -25,6 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from xmq.cluster import link_dispatch
 from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello, shared_ack
+from xmq.core.fanout_slices import RECORDS_AHEAD, RECORDS_WAIT_S, SLICE
 
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
@@ -32,6 +45,7 @@ if TYPE_CHECKING:
     from xmq.core.cluster_ports import DurableHold
     from xmq.core.fanout_slices import Fanout
     from xmq.core.message import Message
+    from xmq.core.ports import SessionClient
 
 Unconfirmed = tuple[int, "Message", "DurableHold | None", "tuple[str, int] | int | None"]
 """frame sequence, message, the publisher's held ack, and what the frame was: ``None`` a
@@ -42,6 +56,15 @@ log = logging.getLogger("xmq.cluster.link")
 MAX_UNCONFIRMED = 100_000
 """PUBLISH / DIRECT frames kept for a peer that has not confirmed them (bounds memory if it
 stalls; the oldest beyond it are given up, their held acks released)."""
+
+FRAMES_PER_TURN = 512
+"""Frames of a read handled in one loop turn at most (with at most ``SLICE`` deliveries)."""
+
+WRITE_HIGH = 1 << 20
+"""The link's write buffer above which its local publishers are paused (bytes)."""
+
+WRITE_LOW = 256 << 10
+"""... and below which they are resumed."""
 
 
 class PeerLink(asyncio.Protocol):
@@ -55,6 +78,7 @@ class PeerLink(asyncio.Protocol):
         "_fence",
         "_held",
         "_out",
+        "_paused_publishers",
         "_reading",
         "_scheduled",
         "closed",
@@ -91,6 +115,8 @@ class PeerLink(asyncio.Protocol):
         self._held: list[bytes] = []
         self._out: list[bytes] = []
         self._scheduled = False
+        # local publishers paused while the write buffer is above WRITE_HIGH (None: it is not)
+        self._paused_publishers: set[SessionClient] | None = None
         # shared-group messages sent and not yet confirmed: re-dispatched if the link dies
         self.shared_seq = 0
         self.shared_counted = False  # both ends count SHARED frames for PUBLISH_ACK (HELLO)
@@ -126,6 +152,7 @@ class PeerLink(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport.set_write_buffer_limits(WRITE_HIGH, WRITE_LOW)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -166,9 +193,14 @@ class PeerLink(asyncio.Protocol):
             link_dispatch.confirm(self.hub, self)
 
     def _handle(self, frames: list[tuple[int, bytes]]) -> None:
-        """Handle ``frames`` in order until one starts a fan-out over later loop turns: the
-        rest wait behind it (``fan_in``)."""
+        """Handle ``frames`` in order until one starts a fan-out over later loop turns (the
+        rest wait behind it: ``fan_in``) or the turn's work is done (they wait for the next
+        turn: ``_defer``)."""
         hub = self.hub
+        broker = hub.broker
+        stats = broker.stats
+        routed = stats.deliveries_routed
+        last = len(frames) - 1
         for at, (kind, body) in enumerate(frames):
             if not self.peer_node:
                 if kind != Kind.HELLO:
@@ -181,6 +213,25 @@ class PeerLink(asyncio.Protocol):
             if self._behind is not None:
                 self._behind.extend(frames[at + 1 :])
                 return
+            if at < last and self.peer_node:
+                store = broker.store
+                if store is not None and store.unwritten >= RECORDS_AHEAD:
+                    self._defer(frames[at + 1 :], RECORDS_WAIT_S)
+                    return
+                if at + 1 >= FRAMES_PER_TURN or stats.deliveries_routed - routed >= SLICE:
+                    self._defer(frames[at + 1 :], 0.0)
+                    return
+
+    def _defer(self, frames: list[tuple[int, bytes]], delay: float) -> None:
+        """The rest of a read waits, in order and with reading paused, for a later turn."""
+        self._wait_for_fanout()
+        assert self._behind is not None
+        self._behind.extend(frames)
+        loop = self.hub.broker.loop
+        if delay:
+            loop.call_later(delay, self._resume)
+        else:
+            loop.call_soon(self._resume)
 
     def fan_in(self, fanout: Fanout) -> None:
         """The PUBLISH frame being handled fans out over later loop turns: it is handled (a
@@ -241,7 +292,37 @@ class PeerLink(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.resume_writing()
         self.hub.link_lost(self)
+
+    def pause_writing(self) -> None:
+        """The write buffer is above ``WRITE_HIGH``: local publishers whose messages go over
+        the link from now on are paused (``_forwarding``)."""
+        if self._paused_publishers is None:
+            self._paused_publishers = set()
+
+    def resume_writing(self) -> None:
+        """The write buffer is below ``WRITE_LOW`` (or the link is gone): resume them."""
+        paused, self._paused_publishers = self._paused_publishers, None
+        for conn in paused or ():
+            conn.link.resume_reading()
+
+    @property
+    def congested(self) -> bool:
+        """The write buffer is above its high-water mark."""
+        return self._paused_publishers is not None
+
+    def _forwarding(self, message: Message) -> None:
+        """``message`` goes over the link while it is congested: pause its local publisher
+        (again if another pauser, the store, resumed it meanwhile: pausing is idempotent)."""
+        paused = self._paused_publishers
+        if paused is None or message.origin is None:
+            return
+        session = self.hub.broker.sessions.get(message.origin)
+        conn = session.connection if session is not None else None
+        if conn is not None:
+            paused.add(conn)
+            conn.link.pause_reading()
 
     def send(self, data: bytes) -> None:
         if self.closed:
@@ -261,6 +342,8 @@ class PeerLink(asyncio.Protocol):
         self, data: bytes, message: Message, keep: bool, hold: DurableHold | None = None
     ) -> None:
         """Send a PUBLISH frame; ``keep`` it (and ``hold``) until the peer has recorded it."""
+        if self._paused_publishers is not None:
+            self._forwarding(message)
         self.published_out += 1
         if keep or self.resuming:
             self._keep((self.published_out, message, hold, None))
@@ -271,6 +354,8 @@ class PeerLink(asyncio.Protocol):
         self, data: bytes, client_id: str, message: Message, qos: int, hold: DurableHold | None
     ) -> None:
         """Send a DIRECT frame, kept (with ``hold``) until the peer has recorded it."""
+        if self._paused_publishers is not None:
+            self._forwarding(message)
         self.published_out += 1
         self._keep((self.published_out, message, hold, (client_id, qos)))
         if not self.resuming:
@@ -283,6 +368,8 @@ class PeerLink(asyncio.Protocol):
         PUBLISH_ACK says the member's record is written (or the message was handed to the
         member), which releases ``hold``; until then the hold is kept with the frame. A peer
         that does not count them (an older node) holds nothing."""
+        if self._paused_publishers is not None:
+            self._forwarding(message)
         if not self.shared_counted:
             self.send(data)
             return

@@ -1,8 +1,9 @@
 """The broker: sessions, subscriptions, retained messages and routing on one node.
 
-Connections (``ClientConnection``) call into the broker synchronously; the only timers are
-session expiry and delayed wills. Routing a PUBLISH looks up a per-topic delivery plan (cached
-until the subscriptions change), then hands the message to each session.
+Connections (``ClientConnection``) call into the broker synchronously; the timers are two
+deadline wheels (keep alive and connect timeouts; session expiry) and delayed wills. Routing a
+PUBLISH looks up a per-topic delivery plan (cached until the subscriptions change), then hands
+the message to each session.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from xmq.codec.packets import Will
 from xmq.codec.reason_codes import ReasonCode
@@ -29,7 +30,7 @@ from xmq.core.cluster_ports import (
     RetainedSync,
     SessionDirectory,
 )
-from xmq.core.deadline_wheel import DeadlineWheel
+from xmq.core.deadline_wheel import DeadlineWheel, Slotted
 from xmq.core.fanout_slices import SLICE as FANOUT_SLICE
 from xmq.core.fanout_slices import Fanout, FanoutSlices, Matches, Plan, extend_plan
 from xmq.core.held_acks import AckGate
@@ -71,6 +72,8 @@ class Broker(AuthEvents):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
         self.deadlines = DeadlineWheel(lambda: self.loop)  # keep alive, connect timeouts
+        # parked sessions' expiry: a wheel entry each, not a TimerHandle (~700 bytes)
+        self.expiries = DeadlineWheel(lambda: self.loop, due=self._expiry_due)
         # Cluster ports (xmq.app wires them when Redis is configured; None on a single node).
         self.identity: NodeIdentity | None = None
         # Reads are held while this node cannot prove its lease (never without a cluster).
@@ -225,7 +228,7 @@ class Broker(AuthEvents):
                 session.will = will
                 session.will_handle = self.loop.call_later(delay, self._will_due, session)
         if expiry != SESSION_NEVER_EXPIRES:
-            session.expiry_handle = self.loop.call_later(expiry, self._expire, session)
+            self.expiries.add(session, self.now() + expiry)
 
     def _will_due(self, session: Session) -> None:
         session.will_handle = None
@@ -233,15 +236,17 @@ class Broker(AuthEvents):
         if will is not None and session.connection is None:
             self.publish_will(will)
 
-    def _expire(self, session: Session) -> None:
-        session.expiry_handle = None
+    def _expiry_due(self, entry: Slotted, now: float) -> float | None:
+        """A parked session's expiry came (``expiries``; never early, at most two of the
+        wheel's 0.25 s slots late): end it unless it was resumed or handed over meanwhile."""
+        session = cast(Session, entry)
         if session.connection is None and self.sessions.get(session.client_id) is session:
             self.end_session(session)
+        return None
 
     def _cancel_timers(self, session: Session) -> None:
-        if session.expiry_handle is not None:
-            session.expiry_handle.cancel()
-            session.expiry_handle = None
+        if session.wheel_slot:
+            self.expiries.remove(session)
         if session.will_handle is not None:
             session.will_handle.cancel()
             session.will_handle = None

@@ -1,4 +1,5 @@
-"""Deadlines of many connections on one shared timer wheel (keep alive, connect timeout).
+"""Deadlines of many connections on one shared timer wheel (keep alive, connect timeout),
+and of many parked sessions on another (session expiry: ``Broker.expiries``).
 
 One ``TimerHandle`` per connection (armed at CONNECT, cancelled at close) costs a timer
 allocation and a heap operation per connect and per close — under uvloop a libuv timer each —
@@ -10,6 +11,11 @@ A due entry is checked lazily: for keep alive, traffic only stamps ``last_seen``
 comes round, a connection silent for its limit (1.5 x keep alive) is closed with 0x8D, any other
 is filed again at ``last_seen + limit`` (``ClientConnection.wheel_due``). So a deadline is acted
 on between the deadline and the deadline + 2 x ``resolution``, never before.
+
+A wheel made with ``due`` calls ``due(entry, now)`` instead of the entry's ``wheel_due``: its
+entries need only a ``wheel_slot`` (a parked ``Session``, whose expiry the broker acts on),
+so an entry costs its slot number and a set entry, not a ``TimerHandle`` (~700 bytes under
+uvloop, with its callback and arguments).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
 
 log = logging.getLogger("xmq.connection")
 
@@ -25,11 +31,15 @@ RESOLUTION_S = 0.25
 """Slot width (and timer period): a deadline is acted on at most two of these late."""
 
 
-class WheelEntry(Protocol):
-    """What the wheel needs of what it files (``ClientConnection``, ``MqttClientProtocol``)."""
+class Slotted(Protocol):
+    """What a wheel with a ``due`` callback needs of what it files (a parked ``Session``)."""
 
     wheel_slot: int
     """The wheel's slot holding it, 0 when not filed."""
+
+
+class WheelEntry(Slotted, Protocol):
+    """What the wheel needs of what it files (``ClientConnection``, ``MqttClientProtocol``)."""
 
     def wheel_due(self, now: float) -> float | None:
         """Its slot came: act (return None) or return its next deadline to be filed again."""
@@ -39,23 +49,25 @@ class WheelEntry(Protocol):
 class DeadlineWheel:
     """Deadlines of many connections, checked by one periodic timer."""
 
-    __slots__ = ("_clock", "_handle", "_loop", "_next", "_resolution", "_slots", "count")
+    __slots__ = ("_clock", "_due", "_handle", "_loop", "_next", "_resolution", "_slots", "count")
 
     def __init__(
         self,
         loop: Callable[[], asyncio.AbstractEventLoop],
         resolution: float = RESOLUTION_S,
+        due: Callable[[Slotted, float], float | None] | None = None,
     ) -> None:
         self._loop = loop  # resolved at the first ``add`` (the broker's running loop)
         self._clock: Callable[[], float] | None = None
         self._resolution = resolution
-        self._slots: dict[int, set[WheelEntry]] = {}
+        self._due = due  # None: the entries' own ``wheel_due``
+        self._slots: dict[int, set[Slotted]] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._next = 0  # the first slot not yet processed
         self.count = 0
         """Connections filed."""
 
-    def add(self, client: WheelEntry, deadline: float) -> None:
+    def add(self, client: Slotted, deadline: float) -> None:
         """File ``client`` to be checked at ``deadline`` (loop time), or just after."""
         if client.wheel_slot:
             self.remove(client)
@@ -71,7 +83,7 @@ class DeadlineWheel:
         client.wheel_slot = slot
         self.count += 1
 
-    def remove(self, client: WheelEntry) -> None:
+    def remove(self, client: Slotted) -> None:
         """Forget ``client`` (it closed)."""
         slot = client.wheel_slot
         if not slot:
@@ -101,6 +113,7 @@ class DeadlineWheel:
         first = self._next
         self._next = current + 1  # a connection filed from here on lands after ``current``
         slots = self._slots
+        due_callback = self._due
         if current - first < 64:
             due = [slot for slot in range(first, current + 1) if slot in slots]
         else:  # the loop was blocked for a while
@@ -115,7 +128,10 @@ class DeadlineWheel:
                     continue  # removed meanwhile
                 client.wheel_slot = 0
                 try:
-                    deadline = client.wheel_due(now)
+                    if due_callback is None:
+                        deadline = cast(WheelEntry, client).wheel_due(now)
+                    else:
+                        deadline = due_callback(client, now)
                 except Exception:  # one entry's failure must not stop the wheel
                     log.exception("deadline of %r failed", client)
                     continue

@@ -122,7 +122,6 @@ class Session:
     __slots__ = (
         "client_id",
         "connection",
-        "expiry_handle",
         "expiry_s",
         "inbound_ids",
         "inbound_qos2",
@@ -136,6 +135,7 @@ class Session:
         "stats",
         "store",
         "subscriptions",
+        "wheel_slot",
         "will",
         "will_handle",
     )
@@ -154,7 +154,7 @@ class Session:
         self.inbound_ids: InboundMessageIds | None = None
         self.packet_ids = PacketIdAllocator()
         self.expiry_s = expiry_s
-        self.expiry_handle: TimerHandle | None = None
+        self.wheel_slot = 0  # parked with an expiry: its slot in ``Broker.expiries`` (0: none)
         self.will: Will | None = None
         self.will_handle: TimerHandle | None = None
         self.limits = limits

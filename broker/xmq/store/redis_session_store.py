@@ -42,7 +42,6 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +59,7 @@ from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
 from xmq.store.fenced_calls import FencedCalls
+from xmq.store.forwarded_marks import ForwardedMarks
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.resp_connection import encode_lrem_one
 from xmq.store.session_directory import subscription_json
@@ -71,11 +71,6 @@ log = logging.getLogger("xmq.store.sessions")
 
 _WAITING_LIMIT = 20_000
 """With max_queued_writes 0: records waiting for Redis before publishers are paused."""
-
-_RECENT_FORWARDED = 65_536
-"""(client id, forward id) pairs remembered of the latest forwarded records made here (or read
-back by a claim, ``restored``): a message reaching one session here by two paths (during a
-takeover) is recorded once."""
 
 
 def _settle(hold: DurableHold) -> Callable[[Any], None]:
@@ -127,8 +122,9 @@ class RedisSessionStore:
         self._ids = itertools.count(1)
         self._paused: set[SessionClient] = set()
         self.seen_ttl_ms = seen_ttl_ms
-        self._recent: set[tuple[str, str]] = set()
-        self._recent_order: deque[tuple[str, str]] = deque()
+        # (client id, forward id) of the latest forwarded records made here (or read back by
+        # a claim, ``restored``): a message reaching one session by two paths is recorded once
+        self._recent = ForwardedMarks(clock)
         self._fenced = FencedCalls(keys, (identity.node_id, identity.epoch), seen_ttl_ms)
         self._last_record: tuple[Message, int, bool, tuple[int, ...], str, bytes] | None = None
         """The last record encoded under a forwarded message's id (``new_record``)."""
@@ -196,17 +192,11 @@ class RedisSessionStore:
         mark: tuple[str, str] | None = None
         if forward_id and delivery.share is None:
             mark = (session.client_id, forward_id)
-            recent = self._recent
-            if mark in recent:
+            if not self._recent.add(mark):
                 # recorded here for this session already (it came two ways, or was sent
                 # again): the session has it, which counts as delivered, but not twice
                 self.duplicates += 1
                 return True
-            recent.add(mark)
-            order = self._recent_order
-            order.append(mark)
-            if len(order) > _RECENT_FORWARDED:
-                recent.discard(order.popleft())
         else:
             forward_id = ""
         raw = self.new_record(
@@ -341,18 +331,7 @@ class RedisSessionStore:
                 continue
             record_id = record_id_of(raw).decode()
             if is_derived_id(record_id):  # a forward id or an inbound QoS 2 message id
-                self._remember((client_id, record_id))
-
-    def _remember(self, mark: tuple[str, str]) -> None:
-        """(client id, forward id) of a record the session has here (bounded, oldest out)."""
-        recent = self._recent
-        if mark in recent:
-            return
-        recent.add(mark)
-        order = self._recent_order
-        order.append(mark)
-        if len(order) > _RECENT_FORWARDED:
-            recent.discard(order.popleft())
+                self._recent.add((client_id, record_id))  # bounded, the oldest out
 
     def inbound_changed(
         self,

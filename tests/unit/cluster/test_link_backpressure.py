@@ -1,0 +1,183 @@
+"""A node link's work per loop turn and its write buffer are bounded (``PeerLink``): frames
+too small to be sliced still go a slice of deliveries (or ``FRAMES_PER_TURN`` frames) per
+turn, in order, reading paused meanwhile, and confirmed once handled; above the write
+buffer's high-water mark the local publishers whose messages go over the link are paused.
+
+The broker's loop is a ``VirtualLoop``; the link's confirmation and writes use the test's
+running loop, stepped with ``_settle`` (as in ``test_peer_fanout``)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import cast
+
+from tests.support.recording_transport import RecordingTransport
+from tests.support.virtual_loop import VirtualLoop
+from xmq.cluster import link_frames as frames
+from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.link_frames import BodyReader, FrameDecoder, Kind
+from xmq.cluster.peer_link import FRAMES_PER_TURN, PeerLink
+from xmq.core.broker import Broker
+from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.fanout_slices import SLICE
+from xmq.core.message import Message
+from xmq.core.ports import SessionClient
+from xmq.core.session import QueueLimits, Session, Subscription
+from xmq.core.settings import CoreSettings
+
+WIDE = 300  # sessions per frame: under a slice, so a frame is routed whole
+
+
+class _PausingTransport(RecordingTransport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.paused = False
+        self.pauses = 0
+
+    def pause_reading(self) -> None:
+        self.paused = True
+        self.pauses += 1
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+def _broker() -> tuple[Broker, VirtualLoop]:
+    queues = QueueLimits(10_000, 100_000_000, 1 << 30, 10)
+    broker = Broker(CoreSettings(queues=queues))
+    loop = VirtualLoop()
+    broker._loop = cast(asyncio.AbstractEventLoop, loop)
+    for n in range(WIDE):
+        session = Session(f"s{n}", broker.settings.queues, broker.stats, expiry_s=600)
+        broker.sessions[session.client_id] = session
+        broker.subscribe(session, Subscription(session, "bcast/#", 1))
+    first = broker.sessions["s0"]
+    broker.subscribe(first, Subscription(first, "solo", 1))
+    return broker, loop
+
+
+async def _linked(broker: Broker) -> tuple[ClusterHub, PeerLink, _PausingTransport]:
+    hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
+    link = PeerLink(hub)
+    wire = _PausingTransport()
+    link.connection_made(cast(asyncio.Transport, wire))
+    link.data_received(frames.hello("node-2", 7, frames.FEATURES))
+    hub.recovery.resume(link, 0)
+    await _settle()
+    wire.sent.clear()
+    return hub, link, wire
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def _publish(peer: ClusterHub, topic: str, payload: bytes) -> bytes:
+    return frames.publish(peer.encode(Message(topic, payload, 1, False, None, "p", 0.0), 1, False))
+
+
+def _confirmed(wire: RecordingTransport) -> int:
+    sent = FrameDecoder().feed(bytes(wire.sent))
+    acks = [frames.read_publish_ack(BodyReader(b)) for kind, b in sent if kind == Kind.PUBLISH_ACK]
+    return max((count for count, _ in acks), default=0)
+
+
+def _paused(transport: _PausingTransport | _ClientLink) -> bool:
+    """(calls: mypy narrows no attribute across the calls that change it)"""
+    return transport.paused
+
+
+def _held(link: PeerLink) -> bool:
+    return link.waiting_on_fanout
+
+
+def _congested(link: PeerLink) -> bool:
+    return link.congested
+
+
+async def _turns(loop: VirtualLoop, broker: Broker, link: PeerLink) -> list[int]:
+    """Run the broker's turns until the link has handled everything; deliveries per turn."""
+    per_turn = []
+    while loop.pending():
+        before = broker.stats.deliveries_routed
+        loop.advance(0.001)
+        loop.run_turn()
+        await _settle()
+        per_turn.append(broker.stats.deliveries_routed - before)
+    return per_turn
+
+
+async def test_a_burst_of_unsliced_frames_goes_a_slice_per_turn_in_order() -> None:
+    broker, loop = _broker()
+    hub, link, wire = await _linked(broker)
+    peer = ClusterHub(broker, NodeIdentity("node-2", 7, online=True), None)
+    count = 40  # 12,000 deliveries in one read
+    link.data_received(b"".join(_publish(peer, "bcast/x", b"%d" % n) for n in range(count)))
+    first_turn = broker.stats.deliveries_routed
+    assert first_turn <= SLICE + WIDE  # not the whole read in the turn that read it
+    assert wire.paused and link.waiting_on_fanout  # the rest waits, reading paused
+    await _settle()
+    assert _confirmed(wire) == link.published_in < count  # only what was handled
+    per_turn = [first_turn, *await _turns(loop, broker, link)]
+    assert max(per_turn) <= SLICE + WIDE and sum(per_turn) == count * WIDE
+    assert len([n for n in per_turn if n]) >= count * WIDE // (SLICE + WIDE)
+    assert not _paused(wire) and not _held(link)
+    assert link.published_in == count and _confirmed(wire) == count  # nothing lost
+    expected = [b"%d" % n for n in range(count)]
+    for session in broker.sessions.values():
+        assert [d.message.payload for d in session.queue] == expected  # the link's order
+
+
+async def test_many_small_frames_go_frames_per_turn() -> None:
+    broker, loop = _broker()
+    hub, link, wire = await _linked(broker)
+    peer = ClusterHub(broker, NodeIdentity("node-2", 7, online=True), None)
+    count = 3 * FRAMES_PER_TURN
+    link.data_received(b"".join(_publish(peer, "solo", b"%d" % n) for n in range(count)))
+    assert broker.stats.deliveries_routed == FRAMES_PER_TURN
+    per_turn = [FRAMES_PER_TURN, *await _turns(loop, broker, link)]
+    assert max(per_turn) == FRAMES_PER_TURN and sum(per_turn) == count
+    assert [d.message.payload for d in broker.sessions["s0"].queue][-1] == b"%d" % (count - 1)
+    assert _confirmed(wire) == count
+
+
+class _ClientLink:
+    def __init__(self) -> None:
+        self.paused = False
+
+    def pause_reading(self) -> None:
+        self.paused = True
+
+    def resume_reading(self) -> None:
+        self.paused = False
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.link = _ClientLink()
+
+
+async def test_a_congested_link_pauses_the_publishers_it_forwards_for() -> None:
+    broker, _loop = _broker()
+    hub, link, wire = await _linked(broker)
+    publisher, bystander = _Client(), _Client()
+    for client_id, client in (("pub", publisher), ("other", bystander)):
+        session = Session(client_id, broker.settings.queues, broker.stats)
+        session.connection = cast(SessionClient, client)
+        broker.sessions[client_id] = session
+    message = Message("bcast/x", b"m", 1, False, None, "pub", 0.0)
+    link.send_publish(b"frame", message, keep=False)
+    assert not _congested(link) and not _paused(publisher.link)  # under the high-water mark
+    link.pause_writing()  # the transport's buffer went over it
+    link.send_publish(b"frame", message, keep=False)
+    assert _congested(link) and _paused(publisher.link) and not _paused(bystander.link)
+    publisher.link.resume_reading()  # resumed by another pauser (the store) meanwhile
+    link.send_publish(b"frame", message, keep=False)
+    assert _paused(publisher.link)  # its next message over the congested link pauses it again
+    link.resume_writing()  # drained below the low-water mark
+    assert not _congested(link) and not _paused(publisher.link)
+    link.pause_writing()
+    link.send_publish(b"frame", message, keep=False)
+    link.connection_lost(None)  # a link gone resumes them too
+    assert not _paused(publisher.link)
