@@ -59,6 +59,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.net.client_protocol",
     "xmq.net.admission",
     "xmq.net.publish_throttle",
+    "xmq.core.session",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
