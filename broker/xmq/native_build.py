@@ -60,6 +60,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.net.admission",
     "xmq.net.publish_throttle",
     "xmq.core.session",
+    "xmq.core.message",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
