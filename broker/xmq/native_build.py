@@ -59,6 +59,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.net.client_protocol",
     "xmq.net.admission",
     "xmq.net.publish_throttle",
+    "xmq.core.session",
+    "xmq.core.message",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

@@ -37,7 +37,7 @@ from xmq.core.held_acks import AckGate
 from xmq.core.lease_fence import LeaseFence
 from xmq.core.memory_cost import retained_cost
 from xmq.core.message import Message
-from xmq.core.session import Delivery, Session, Subscription
+from xmq.core.session import Delivery, Session, Subscription, deliver_planned
 from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES, ConnectTerms
@@ -428,19 +428,8 @@ class Broker(AuthEvents):
         waiting = self.fanouts.waiting
         if len(plan) > FANOUT_SLICE or (waiting and origin in waiting):
             return self.fanouts.add(message, plan, now, context)
-        mqos = message.qos
-        retain = message.retain
-        count = 0
         self.stats.deliveries_routed += len(plan)
-        for session, sub, ids in plan:
-            if sub.no_local and session.client_id == origin:
-                continue
-            qos = sub.qos if sub.qos < mqos else mqos
-            if session.deliver(
-                message, qos, retain and sub.retain_as_published, ids, None, now, context
-            ):
-                count += 1
-        return count
+        return deliver_planned(plan, message, now, context)
 
     def publish_shared_from_peer(
         self,

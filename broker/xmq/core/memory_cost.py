@@ -57,8 +57,11 @@ def record_cost(record: bytes) -> int:
     return RECORD_COST + len(record)
 
 
-MESSAGE_COST: Final = 640
-"""Bytes of one queued ``Message`` beyond twice its topic and payload (measured ~530)."""
+MESSAGE_COST: Final = 672
+"""Bytes of one queued ``Message`` beyond twice its topic and payload (measured ~530; 640
+until ``core.message`` was compiled: the compiled ``Message`` is 8 bytes larger, and
+``tests/unit/core/test_memory_cost`` then measured 692 bytes against 690 charged for a
+one-byte message with its queue words, 2026-12-02)."""
 
 
 def hold(message: Message, entry_cost: int) -> int:

@@ -13,7 +13,7 @@ from xmq.codec.reason_codes import ReasonCode
 from xmq.codec.writer import puback_bytes, pubcomp_bytes, pubrec_bytes, pubrel_bytes
 from xmq.core.cluster_ports import DurableContext
 from xmq.core.held_acks import AckGate, HeldAck
-from xmq.core.message import EncodedPublish, Message
+from xmq.core.message import EncodedPublish, Message, routed_message
 from xmq.protocol.outbound_qos import NOT_FOUND, VIOLATION
 from xmq.routing.topics import TopicError, has_wildcard, validate_topic_name
 
@@ -124,7 +124,7 @@ def route_publish(
         _refuse_publish(conn, qos, packet_id, ReasonCode.NOT_AUTHORIZED)
         return
     now = broker.now() if props is not None else 0.0
-    message = Message(
+    message = routed_message(
         topic, payload, qos, retain, props, session.client_id, now, wire, conn.version
     )
     if retain and payload and (cap := broker.retained_cap_hit(topic, message)) is not None:
