@@ -68,6 +68,9 @@ class _Link:
     def pause_reading(self) -> None:
         pass
 
+    def login_accepted(self) -> None:
+        pass
+
     def resume_reading(self) -> None:
         pass
 
