@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
+from tests.support.virtual_loop import VirtualLoop
 from xmq.codec.packets import Connect, Pingreq
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
@@ -58,51 +60,61 @@ class _Link:
         pass
 
 
-async def test_a_client_is_checked_at_its_deadline_never_before() -> None:
-    loop = asyncio.get_running_loop()
-    wheel = DeadlineWheel(lambda: loop, 0.02)
+def _wheel(resolution: float) -> tuple[DeadlineWheel, VirtualLoop]:
+    """A wheel on a virtual clock (time moves only in ``_run``)."""
+    loop = VirtualLoop()
+    return DeadlineWheel(lambda: cast(asyncio.AbstractEventLoop, loop), resolution), loop
+
+
+def _run(loop: VirtualLoop, seconds: float, step: float = 0.005) -> None:
+    """Move the clock ``seconds`` ahead in ``step``s, a loop turn after each."""
+    end = loop.now + seconds
+    while loop.now < end:
+        loop.advance(min(step, end - loop.now))
+        loop.run_turn()
+
+
+def test_a_client_is_checked_at_its_deadline_never_before() -> None:
+    wheel, loop = _wheel(0.02)
     client = _Client()
     deadline = loop.time() + 0.1
     wheel.add(client, deadline)
     assert wheel.count == 1 and client.wheel_slot
-    await asyncio.sleep(0.06)
+    _run(loop, 0.06)
     assert client.due_at == []
-    await asyncio.sleep(0.12)
+    _run(loop, 0.09)
     [checked] = client.due_at
     assert checked >= deadline
     assert wheel.count == 0 and client.wheel_slot == 0
 
 
-async def test_a_removed_client_is_not_checked_and_the_timer_stops() -> None:
-    loop = asyncio.get_running_loop()
-    wheel = DeadlineWheel(lambda: loop, 0.02)
+def test_a_removed_client_is_not_checked_and_the_timer_stops() -> None:
+    wheel, loop = _wheel(0.02)
     kept, removed = _Client(), _Client()
     wheel.add(kept, loop.time() + 0.03)
     wheel.add(removed, loop.time() + 0.03)
     wheel.remove(removed)
     assert removed.wheel_slot == 0 and wheel.count == 1
-    await asyncio.sleep(0.12)
+    _run(loop, 0.12)
     assert removed.due_at == [] and len(kept.due_at) == 1
     assert wheel._handle is None  # nothing filed: no timer
 
 
-async def test_a_client_that_returns_a_deadline_is_filed_again() -> None:
-    loop = asyncio.get_running_loop()
-    wheel = DeadlineWheel(lambda: loop, 0.02)
+def test_a_client_that_returns_a_deadline_is_filed_again() -> None:
+    wheel, loop = _wheel(0.02)
     client = _Client(next_deadline=loop.time() + 0.08)
     wheel.add(client, loop.time() + 0.02)
-    await asyncio.sleep(0.06)
+    _run(loop, 0.06)
     assert len(client.due_at) == 1 and wheel.count == 1
-    await asyncio.sleep(0.12)
+    _run(loop, 0.12)
     assert len(client.due_at) == 2 and wheel.count == 0
 
 
-async def test_a_deadline_already_past_is_checked_at_the_next_tick() -> None:
-    loop = asyncio.get_running_loop()
-    wheel = DeadlineWheel(lambda: loop, 0.02)
+def test_a_deadline_already_past_is_checked_at_the_next_tick() -> None:
+    wheel, loop = _wheel(0.02)
     client = _Client()
     wheel.add(client, loop.time() - 5.0)
-    await asyncio.sleep(0.06)
+    _run(loop, 0.03)
     assert len(client.due_at) == 1
 
 
@@ -151,11 +163,10 @@ class _Failing(_Client):
         raise RuntimeError("boom")
 
 
-async def test_a_failing_entry_does_not_stop_the_wheel() -> None:
-    loop = asyncio.get_running_loop()
-    wheel = DeadlineWheel(lambda: loop, 0.02)
+def test_a_failing_entry_does_not_stop_the_wheel() -> None:
+    wheel, loop = _wheel(0.02)
     failing, later = _Failing(), _Client()
     wheel.add(failing, loop.time() + 0.02)
     wheel.add(later, loop.time() + 0.1)
-    await asyncio.sleep(0.2)
+    _run(loop, 0.2)
     assert len(failing.due_at) == 1 and len(later.due_at) == 1 and wheel.count == 0
