@@ -123,10 +123,13 @@ async def test_loading_replies_are_retried_in_order(batchers: list[RedisBatcher]
     replies: list[Any] = []
     for n in range(3):
         batcher.command("RPUSH", "k", n, callback=replies.append)
-    for _ in range(5000):  # until the three failed and wait for their backoff
-        if batcher.retrying == 3:
+    # until the three failed and wait for their backoff (~20 ms): checked every loop turn, not
+    # every millisecond (a 1 ms sleep on a loaded host can oversleep the whole backoff)
+    give_up = asyncio.get_running_loop().time() + 10
+    for _ in range(10_000_000):
+        if batcher.retrying == 3 or asyncio.get_running_loop().time() > give_up:
             break
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0)
     assert batcher.retrying == 3
     batcher.command("RPUSH", "k", 3, callback=replies.append)  # queued during the backoff
     await asyncio.wait_for(batcher.flush(), 10)
