@@ -137,7 +137,7 @@ class _Entry:
 MAX_COALESCED = 512
 """Items of one coalesced script call at most (bounds the time Redis spends in one script)."""
 
-MAX_PIPELINE_ITEMS = 2 * MAX_COALESCED
+MAX_PIPELINE_ITEMS = 4 * MAX_COALESCED
 """Coalesced items (durable records) of one pipeline at most: the rest go in the next one. It
 bounds what a connect-path call sent next waits for in Redis (the batch in flight)."""
 
