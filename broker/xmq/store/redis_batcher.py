@@ -20,6 +20,13 @@ write still failing after ``retry_for_s`` — or answered with any other error �
 callback gets the error (:class:`RedisWriteFailed`), never a success. Look-ups on the connect path
 (``retry=False``) fail at once so the CONNECT can be answered 0x88.
 
+Connect-path calls (a session claim: ``call_script(..., ahead=True)``) do not wait behind
+another client's bulk: one goes ahead of the durable records queued before it that write none
+of its keys (never ahead of a plain command, nor of a record of its own session), and a
+pipeline carries at most ``MAX_PIPELINE_ITEMS`` records, so the batch in flight that a claim
+waits for is bounded too. A fan-out recording 200,000 records keeps its order; a CONNECT meanwhile
+waits for at most ~two such pipelines, not for ``RECORDS_AHEAD`` records.
+
 With ``wait_replicas`` N > 0 every pipeline ends with ``WAIT N timeout``, and its replies are
 handed out only once N replicas have the pipeline's writes (``WAIT`` is sent again while fewer
 have): an acknowledged write survives the loss of the master.
@@ -129,6 +136,10 @@ class _Entry:
 
 MAX_COALESCED = 512
 """Items of one coalesced script call at most (bounds the time Redis spends in one script)."""
+
+MAX_PIPELINE_ITEMS = 4 * MAX_COALESCED
+"""Coalesced items (durable records) of one pipeline at most: the rest go in the next one. It
+bounds what a connect-path call sent next waits for in Redis (the batch in flight)."""
 
 
 def _ignore(reply: Any) -> None:
@@ -264,9 +275,12 @@ class RedisBatcher:
         self._add((combine, group, item, keys, callback))
 
     def call_script(
-        self, text: str, keys: tuple[Any, ...], args: tuple[Any, ...]
+        self, text: str, keys: tuple[Any, ...], args: tuple[Any, ...], ahead: bool = False
     ) -> asyncio.Future[Any]:
-        """Queue a script and return a future of its reply (not retried; errors raised)."""
+        """Queue a script and return a future of its reply (not retried; errors raised).
+
+        ``ahead``: a connect-path call — it goes before the durable records queued ahead of it
+        that write none of ``keys`` (back to the last plain command or record sharing a key)."""
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
         def done(reply: Any) -> None:
@@ -277,7 +291,22 @@ class RedisBatcher:
             else:
                 future.set_result(reply)
 
-        self.script(text, keys, args, callback=done, retry=False, guard=lambda: not future.done())
+        guard: Guard = lambda: not future.done()  # noqa: E731 - one closure, two uses
+        if not ahead:
+            self.script(text, keys, args, callback=done, retry=False, guard=guard)
+            return future
+        sha = script_sha(text)
+        entry = _Entry(("EVALSHA", sha, len(keys), *keys, *args), done, False, guard, text)
+        pending = self._pending
+        at = len(pending)
+        if at:
+            named = set(keys)
+            while at and type(item := pending[at - 1]) is tuple and named.isdisjoint(item[3]):
+                at -= 1
+        pending.insert(at, entry)
+        self._idle.clear()
+        if not self._armed and not self._inflight and self._retry_timer is None:
+            self._arm()
         return future
 
     def _add(self, entry: _Entry | _Item) -> None:
@@ -362,8 +391,13 @@ class RedisBatcher:
         run: list[_Item] | None = None
         run_at = 0
         run_keys: set[str] | None = None  # the run's keys, gathered once a command follows
-        for entry in batch:
+        items = 0
+        for index, entry in enumerate(batch):
             if type(entry) is tuple:
+                if items == MAX_PIPELINE_ITEMS:  # the rest go in the next pipeline
+                    self._pending = batch[index:]
+                    break
+                items += 1
                 if run is not None and (
                     entry[0] is not run[0][0] or entry[1] != run[0][1] or len(run) >= MAX_COALESCED
                 ):

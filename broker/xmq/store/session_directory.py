@@ -176,7 +176,7 @@ class RedisSessionDirectory:
         )
         self.claims += 1
         try:
-            future = self.batcher.call_script(call.script, call.keys, call.args)
+            future = self.batcher.call_script(call.script, call.keys, call.args, ahead=True)
             async with asyncio.timeout(self.batcher.timeout_s):
                 reply = await future
             parsed = ClaimReply.from_reply(reply)
