@@ -59,6 +59,14 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.net.client_protocol",
     "xmq.net.admission",
     "xmq.net.publish_throttle",
+    "xmq.store.redis_batcher",
+    "xmq.store.fenced_calls",
+    "xmq.store.redis_session_store",
+    "xmq.contract.message_record",
+    "xmq.core.held_acks",
+    "xmq.cluster.peer_link",
+    "xmq.cluster.link_dispatch",
+    "xmq.store.resp_connection",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
