@@ -61,6 +61,14 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.net.publish_throttle",
     "xmq.core.session",
     "xmq.core.message",
+    "xmq.store.redis_batcher",
+    "xmq.store.fenced_calls",
+    "xmq.store.redis_session_store",
+    "xmq.contract.message_record",
+    "xmq.core.held_acks",
+    "xmq.cluster.peer_link",
+    "xmq.cluster.link_dispatch",
+    "xmq.store.resp_connection",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

@@ -199,7 +199,7 @@ class ClusterHub:
             if link.confirmable and not link.ack_pending:  # confirm what the old link had
                 link.ack_pending = link.ack_due = True
                 if not link.reading:
-                    asyncio.get_running_loop().call_soon(link_dispatch.confirm, self, link)
+                    link.call_soon(link_dispatch.confirm, self, link)
         if resumed:
             self.recovery.resumed += 1
             log.warning("link to %s (epoch %d) re-established: resuming", node, epoch)

@@ -201,7 +201,7 @@ def _confirm_soon(hub: ClusterHub, link: PeerLink) -> None:
         link.ack_pending = True
         link.ack_due = True
         if not link.reading:  # else the link confirms at the end of the read
-            asyncio.get_running_loop().call_soon(confirm, hub, link)
+            link.call_soon(confirm, hub, link)
 
 
 def confirm(hub: ClusterHub, link: PeerLink) -> None:
@@ -238,7 +238,7 @@ def _ack(hub: ClusterHub, link: PeerLink, count: int) -> None:
     if link.confirmable != count and not link.ack_pending:
         link.ack_pending = True
         link.ack_due = True
-        asyncio.get_running_loop().call_soon(confirm, hub, link)
+        link.call_soon(confirm, hub, link)
 
 
 async def confirm_publishes(hub: ClusterHub, link: PeerLink, count: int) -> None:

@@ -77,6 +77,7 @@ class PeerLink(asyncio.Protocol):
         "_fanning_in",
         "_fence",
         "_held",
+        "_loop",
         "_out",
         "_paused_publishers",
         "_reading",
@@ -117,6 +118,7 @@ class PeerLink(asyncio.Protocol):
         self._scheduled = False
         # local publishers paused while the write buffer is above WRITE_HIGH (None: it is not)
         self._paused_publishers: set[SessionClient] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop it runs in (call_soon)
         # shared-group messages sent and not yet confirmed: re-dispatched if the link dies
         self.shared_seq = 0
         self.shared_counted = False  # both ends count SHARED frames for PUBLISH_ACK (HELLO)
@@ -330,7 +332,16 @@ class PeerLink(asyncio.Protocol):
         self._out.append(data)
         if not self._scheduled:
             self._scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            self.call_soon(self._flush)
+
+    def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
+        """``callback(*args)`` on the next loop turn, in the loop the link runs in: its loop
+        is looked up once (``get_running_loop()`` makes a ``getpid`` system call in Python
+        3.11, and a link schedules its flush and its PUBLISH_ACK per message)."""
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        loop.call_soon(callback, *args)
 
     def _flush(self) -> None:
         self._scheduled = False
@@ -453,7 +464,7 @@ class PeerLink(asyncio.Protocol):
         self.received_shared.append(sequence)
         if not self._ack_scheduled:
             self._ack_scheduled = True
-            asyncio.get_running_loop().call_soon(self._send_shared_ack)
+            self.call_soon(self._send_shared_ack)
 
     def _send_shared_ack(self) -> None:
         self._ack_scheduled = False

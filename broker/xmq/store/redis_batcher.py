@@ -197,8 +197,7 @@ class RedisBatcher:
         self._inflight = 0
         self._armed = False
         self._closed = False
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._idle = True  # nothing queued or waiting for a reply (a flag: nobody awaits it)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it flushes in
         self.pipelines = 0
         self.commands = 0
@@ -304,14 +303,14 @@ class RedisBatcher:
             while at and type(item := pending[at - 1]) is tuple and named.isdisjoint(item[3]):
                 at -= 1
         pending.insert(at, entry)
-        self._idle.clear()
+        self._idle = False
         if not self._armed and not self._inflight and self._retry_timer is None:
             self._arm()
         return future
 
     def _add(self, entry: _Entry | _Item) -> None:
         self._pending.append(entry)
-        self._idle.clear()
+        self._idle = False
         if not self._armed and not self._inflight and self._retry_timer is None:
             self._arm()
 
@@ -325,7 +324,7 @@ class RedisBatcher:
     @property
     def idle(self) -> bool:
         """Nothing queued or waiting for a reply."""
-        return self._idle.is_set()
+        return self._idle
 
     @property
     def backlog(self) -> int:
@@ -353,7 +352,7 @@ class RedisBatcher:
         returns under continuous load too; a command re-sent meanwhile (a lost script, a lost
         connection) went behind that ``PING``, so another one follows it.
         """
-        while not self._idle.is_set():
+        while not self._idle:
             resent = self.resent
             future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
@@ -515,7 +514,7 @@ class RedisBatcher:
                     if not self._armed:
                         self._arm()  # the batch is answered: what queued meanwhile goes now
                 elif not self._retrying:
-                    self._idle.set()
+                    self._idle = True
 
         return reply
 
@@ -588,7 +587,7 @@ class RedisBatcher:
         self.stats.retried(kind)
         self.resent += 1
         self._retrying.append(entry)
-        self._idle.clear()
+        self._idle = False
         if self._retry_timer is None:
             delay = 0.0 if kind == "noscript" else self._backoff_s * random.uniform(0.5, 1.0)
             if kind != "noscript":
@@ -608,7 +607,7 @@ class RedisBatcher:
 
     def _check_idle(self) -> None:
         if not self._pending and not self._inflight and not self._retrying:
-            self._idle.set()
+            self._idle = True
 
     def _fail_fast(self, error: Exception) -> None:
         """Without a connection, connect-path look-ups fail now; durable writes wait."""

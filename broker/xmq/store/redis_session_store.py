@@ -126,6 +126,10 @@ class RedisSessionStore:
         # a claim, ``restored``): a message reaching one session by two paths is recorded once
         self._recent = ForwardedMarks(clock)
         self._fenced = FencedCalls(keys, (identity.node_id, identity.epoch), seen_ttl_ms)
+        # the per-message keys' constant parts (``keys.session_queue(id)`` is
+        # ``_queue_prefix + id``: a concatenation, not a call building the whole key)
+        self._queue_prefix = keys.session_queue("")
+        self._inflight_prefix = keys.session_inflight("")
         self._last_record: tuple[Message, int, bool, tuple[int, ...], str, bytes] | None = None
         """The last record encoded under a forwarded message's id (``new_record``)."""
 
@@ -243,7 +247,7 @@ class RedisSessionStore:
     ) -> None:
         """``RPUSH`` the record (and ``SET`` its seen marker) while this run holds its lease;
         a stale run's write is refused (``FENCED``: the callback gets the failure)."""
-        queue = self.keys.session_queue(client_id)
+        queue = self._queue_prefix + client_id
         written: tuple[str, ...]
         if forward_id:
             seen = self.keys.session_seen(client_id, forward_id)
@@ -293,7 +297,7 @@ class RedisSessionStore:
     def _inflight_state(self, session: Session, delivery: Delivery, raw: bytes, state: str) -> None:
         """``HSET session:inflight``; a PUBLISH / PUBREL waiting for it (``delivery.owed``,
         ``ids_first``) goes out once Redis has answered (``core.owed_writes``)."""
-        key = self.keys.session_inflight(session.client_id)
+        key = self._inflight_prefix + session.client_id
         record_id = record_id_of(raw)
         if not delivery.owed:
             self.batcher.command("HSET", key, record_id, state)
@@ -318,10 +322,10 @@ class RedisSessionStore:
         if raw is None:
             return
         client_id = session.client_id
-        queue = self.keys.session_queue(client_id)
+        queue = self._queue_prefix + client_id
         self.batcher.command("LREM", queue, 1, raw, payload=encode_lrem_one(queue, raw))
         if delivery.qos == 2:
-            self.batcher.command("HDEL", self.keys.session_inflight(client_id), record_id_of(raw))
+            self.batcher.command("HDEL", self._inflight_prefix + client_id, record_id_of(raw))
 
     def restored(self, session: Session, deliveries: Iterable[Delivery]) -> None:
         client_id = session.client_id

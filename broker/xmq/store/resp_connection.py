@@ -19,20 +19,19 @@ from typing import Any
 from hiredis import ProtocolError, Reader, pack_command
 
 from xmq.store.redis_endpoint import RedisEndpoint
+from xmq.store.resp_errors import NoRedisMaster, RedisConnectionLost, RedisReplyError
+
+__all__ = [
+    "NoRedisMaster",
+    "RedisConnectionLost",
+    "RedisReplyError",
+    "RespConnection",
+    "encode_command",
+    "encode_lrem_one",
+    "reply_reader",
+]
 
 Reply = Any
-
-
-class RedisReplyError(Exception):
-    """An error reply (``-ERR ...``) to one command."""
-
-
-class RedisConnectionLost(ConnectionError):  # noqa: N818 - a ConnectionError, named as such
-    """The connection closed with commands still waiting for replies."""
-
-
-class NoRedisMaster(ConnectionError):  # noqa: N818 - a ConnectionError, named as such
-    """No sentinel named a master, or the server it named is not (or no more) a master."""
 
 
 _KEEPALIVE = (("TCP_KEEPIDLE", 5), ("TCP_KEEPINTVL", 2), ("TCP_KEEPCNT", 3))

@@ -286,3 +286,26 @@ async def test_stopping_the_hub_cancels_a_confirmation_waiting_for_the_store() -
         await asyncio.sleep(0)
     assert store.interrupted == ["CancelledError"]  # as if a task had run the flush
     assert _acks(link, transport) == []
+
+
+async def test_a_link_looks_its_loop_up_once_not_per_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``asyncio.get_running_loop()`` makes a ``getpid`` system call in Python 3.11: a link's
+    per-frame scheduling (its flush, a PUBLISH_ACK for frames handled outside a read) goes
+    through the loop it looked up once, not a look-up per frame."""
+    hub = _hub()
+    link, transport = _linked(hub)
+    looked_up: list[asyncio.AbstractEventLoop] = []
+    running = asyncio.get_running_loop
+
+    def counted() -> asyncio.AbstractEventLoop:
+        looked_up.append(running())
+        return looked_up[-1]
+
+    monkeypatch.setattr(asyncio, "get_running_loop", counted)
+    body = _publishes(1)[5:]
+    for _ in range(5):
+        hub.handle_frame(link, Kind.PUBLISH, body)  # confirmed on the next tick, then written
+        for _ in range(3):
+            await asyncio.sleep(0)
+    assert _acks(link, transport) == [1, 2, 3, 4, 5]
+    assert len(looked_up) <= 1
