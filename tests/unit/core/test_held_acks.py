@@ -232,25 +232,17 @@ async def test_nothing_durable_acks_at_once_and_standalone_never_holds() -> None
     assert len(alone_link.packets()) == 1
 
 
-class _Publisher:
-    """The publishing session as the gate sees it: a client id and its inbound QoS 2 ids."""
-
-    def __init__(self, client_id: str, ids: set[int]) -> None:
-        self.client_id = client_id
-        self.inbound_qos2 = ids
-
-    def inbound_released(self, packet_id: int) -> None:
-        self.inbound_qos2.discard(packet_id)
-
-
 def test_a_message_dropped_everywhere_for_a_quota_is_quota_exceeded() -> None:
     """Routing counted two deliveries: one dropped for a quota here, the other (a frame to
     another node) reported dropped there: PUBREC 0x97, and the exchange ends (its id is
     forgotten); with one delivered somewhere it is a success."""
     gate = AckGate(10)
     fake = FakeConn()
-    ids = {5, 6}
-    fake.session = _Publisher("pub", ids)  # type: ignore[attr-defined]
+    settings = CoreSettings()
+    publisher = Session("pub", settings.queues, Broker(settings).stats)  # the publishing session
+    ids = publisher.inbound_for_update()
+    ids.update({5, 6})
+    fake.session = publisher  # type: ignore[attr-defined]
     held = gate.begin(_conn(fake), "pub", 2, 5)
     held.hold()  # the frame to the other node
     held.routed(1, True)  # routing is over: it counted one delivery, one dropped for a quota
