@@ -21,7 +21,7 @@ from xmq.core.broker import Broker
 from xmq.core.cluster_claims import apply_restored
 from xmq.core.cluster_ports import ClaimOutcome, DurableContext, NodeIdentity
 from xmq.core.message import Message
-from xmq.core.session import Delivery, QueueLimits, Session
+from xmq.core.session import Delivery, QueueLimits, Session, Subscription
 from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
 from xmq.store.redis_batcher import RedisBatcher
@@ -126,7 +126,7 @@ async def test_local_and_shared_records_keep_ids_of_their_own(server: RedisServe
     assert session.deliver(plain, 2, False, (), None, 0.0)  # published on this node
     forwarded = _forwarded(b"s", "a-0/7/f9")
     shared = Delivery(forwarded, 2, False, (), session.subscriptions.get("x"))
-    shared.share = object()  # type: ignore[assignment]  # a shared-group member's delivery
+    shared.share = Subscription(session, "x", 2, share_group="g")  # a shared-group member's
     assert node_b.record(session, shared, 0.0, DurableContext(None, forwarded.forward_id))
     # the same forwarded message delivered again outside its routing (a retained message on
     # subscribe): its id is not in the call's context, so the record gets one of its own
