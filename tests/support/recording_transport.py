@@ -11,6 +11,7 @@ class RecordingTransport:
         self.sent = bytearray()
         self.closed = False
         self.aborted = False
+        self.reading = True  # False between pause_reading() and resume_reading()
 
     def get_extra_info(self, name: str, default: object = None) -> object:
         return default
@@ -35,10 +36,10 @@ class RecordingTransport:
         self.aborted = True
 
     def pause_reading(self) -> None:
-        pass
+        self.reading = False
 
     def resume_reading(self) -> None:
-        pass
+        self.reading = True
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         pass

@@ -168,6 +168,8 @@ class PeerLink(asyncio.Protocol):
         if now >= fence.deadline:  # the lease is not proven: hold the frames
             if not self._held:
                 fence.hold(self._release_held)
+                if self.transport is not None and not self.closed:
+                    self.transport.pause_reading()  # the rest waits in the kernel's buffers
             self._held.append(data)
             return
         self.last_heard = now
@@ -286,6 +288,13 @@ class PeerLink(asyncio.Protocol):
             if self.closed:  # offline meanwhile: the peer appends what we never confirmed
                 return
             self.data_received(data)
+        if (
+            not self._held
+            and self._behind is None
+            and self.transport is not None
+            and not self.closed
+        ):
+            self.transport.resume_reading()  # (not while a fan-out's frames wait their turn)
 
     @property
     def reading(self) -> bool:

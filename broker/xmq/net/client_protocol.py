@@ -264,9 +264,13 @@ class MqttClientProtocol(asyncio.Protocol):
         return taken
 
     def _hold(self, data: bytes) -> None:
-        """Keep bytes read while the lease is not proven (``core.lease_fence``)."""
+        """Keep bytes read while the lease is not proven (``core.lease_fence``), reading
+        paused meanwhile: what a client sends during a Redis outage stays in the kernel's
+        buffers, not in this process (one read per connection at most)."""
         if not self._fenced:
             self._fence.hold(self._release_held)
+            if self._transport is not None and not self._closing:
+                self._transport.pause_reading()
         self._fenced.append(data)
 
     def _release_held(self) -> None:
@@ -275,6 +279,14 @@ class MqttClientProtocol(asyncio.Protocol):
             if self._closing:  # the node went offline meanwhile: nothing was acknowledged
                 return
             self.data_received(data)
+        if (
+            not self._fenced  # (held again: the lease lapsed once more)
+            and not self._held  # nor paused by the core (a throttle, the store)
+            and self._backlog is None
+            and self._transport is not None
+            and not self._closing
+        ):
+            self._transport.resume_reading()
 
     def login_accepted(self) -> None:
         """The core accepted the login: its connect deadline leaves the wheel now, not when

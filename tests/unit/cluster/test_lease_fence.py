@@ -71,9 +71,11 @@ async def test_a_client_read_past_the_deadline_acts_only_once_the_lease_is_prove
     protocol.data_received(connect[5:])
     await _turns()
     assert wire.sent == b"" and broker.fence.waiting == 1  # no CONNACK: held
+    assert not wire.reading  # the rest stays in the kernel's buffers, not in this process
     broker.fence.proven(broker.now(), 10.0)
     await _turns()
     assert wire.sent[:1] == b"\x20"  # the CONNACK, from the held bytes in order
+    assert wire.reading
 
 
 async def test_held_client_bytes_are_dropped_when_the_node_went_offline() -> None:
@@ -93,9 +95,12 @@ async def test_link_frames_past_the_deadline_are_held_until_the_lease_is_proven(
     broker = Broker(CoreSettings())
     hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
     link = PeerLink(hub)
-    link.connection_made(cast(asyncio.Transport, RecordingTransport()))
+    wire = RecordingTransport()
+    link.connection_made(cast(asyncio.Transport, wire))
     broker.fence.expire()
     link.data_received(frames.hello("node-2", 7))
     assert link.peer_node == "" and "node-2" not in hub.links
+    assert not wire.reading  # held frames: one read, the rest waits in the kernel's buffers
     broker.fence.proven(broker.now(), 10.0)
     assert hub.links["node-2"] is link and link.peer_epoch == 7
+    assert wire.reading
