@@ -1,6 +1,6 @@
 """Bytes per parked persistent session: in process (tracemalloc) or of a real node (RSS).
 
-    .venv/bin/python bench/parked_session_cost.py [--sessions 20000] [--top 12]
+    .venv/bin/python bench/parked_session_cost.py [--sessions 20000] [--top 12] [--will-delay S]
     .venv/bin/python bench/parked_session_cost.py --node memory|cluster [--sessions 20000]
 
 Connects ``--sessions`` clients (MQTT 5, Session Expiry Interval 3600 s, one QoS 1
@@ -8,7 +8,9 @@ subscription each) to an in-process broker over an in-memory link, closes their 
 (the sessions stay parked, with their expiry pending) and reports what the parked sessions
 hold per session: everything the broker kept (tracemalloc, the Python allocator and
 ``PyMem_RawMalloc`` — uvloop's timer handles included) and the largest allocation sites.
-Runs under uvloop, as ``xmq serve`` does.
+Runs under uvloop, as ``xmq serve`` does. With ``--will-delay S``: each client has a will with
+a Will Delay Interval of S seconds and its connection is lost (not DISCONNECTed), so each
+parked session also holds its delayed will, pending.
 
 With ``--node``: starts ``xmq serve`` (``memory``: one node; ``cluster``: a node of a cluster
 on a throw-away ``redis-server``, whose persistent sessions are durable), parks ``--sessions``
@@ -34,7 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
 
 import uvloop  # noqa: E402
 
-from xmq.codec.packets import MQTT_5, Connect, Subscribe, SubscriptionRequest  # noqa: E402
+from xmq.codec.packets import (  # noqa: E402
+    MQTT_5,
+    Connect,
+    Subscribe,
+    SubscriptionRequest,
+    Will,
+)
 from xmq.codec.properties import Properties  # noqa: E402
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator  # noqa: E402
 from xmq.core.broker import Broker  # noqa: E402
@@ -75,13 +83,19 @@ class _Link:
         pass
 
 
-async def _park(broker: Broker, count: int, prefix: str = "device") -> None:
+async def _park(broker: Broker, count: int, prefix: str = "device", will_delay: int = 0) -> None:
     for n in range(count):
         props = Properties()
         props.session_expiry_interval = 3600
         conn = ClientConnection(broker, _Link(), AnonymousAuthenticator(), AllowAll())
+        will = None
+        if will_delay:
+            will_props = Properties()
+            will_props.will_delay_interval = will_delay
+            will = Will(f"{prefix}s/{n:06d}/gone", b"gone", 1, False, will_props)
+        client_id = f"{prefix}-{n:06d}"
         conn.handle(
-            Connect(client_id=f"{prefix}-{n:06d}", protocol_version=MQTT_5, properties=props)
+            Connect(client_id=client_id, protocol_version=MQTT_5, properties=props, will=will)
         )
         for _ in range(3):
             await asyncio.sleep(0)
@@ -93,20 +107,24 @@ async def _park(broker: Broker, count: int, prefix: str = "device") -> None:
         await asyncio.sleep(0)
 
 
-async def _main(count: int, top: int) -> None:
+async def _main(count: int, top: int, will_delay: int) -> None:
     broker = Broker(CoreSettings())
-    await _park(broker, 50, "warm")  # warm-up: lazily built module state is not a session's cost
+    # warm-up: lazily built module state is not a session's cost
+    await _park(broker, 50, "warm", will_delay)
     gc.collect()
     tracemalloc.start(8)
     before = tracemalloc.take_snapshot()
     used_before = tracemalloc.get_traced_memory()[0]
-    await _park(broker, count)
+    await _park(broker, count, will_delay=will_delay)
     gc.collect()
     used_after = tracemalloc.get_traced_memory()[0]
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     parked = sum(1 for s in broker.sessions.values() if s.connection is None)
     print(f"parked persistent sessions: {parked} (expected {count + 50})")
+    if will_delay:
+        pending = sum(1 for s in broker.sessions.values() if s.will is not None)
+        print(f"delayed wills pending: {pending}")
     print(f"bytes per parked session: {(used_after - used_before) / count:.0f}")
     for stat in after.compare_to(before, "traceback")[:top]:
         where = " < ".join(
@@ -157,11 +175,12 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=20_000)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--node", choices=("memory", "cluster"))
+    parser.add_argument("--will-delay", type=int, default=0, help="in process only")
     args = parser.parse_args()
     if args.node:
         asyncio.run(_node(args.node, args.sessions))
     else:
-        uvloop.run(_main(args.sessions, args.top))
+        uvloop.run(_main(args.sessions, args.top, args.will_delay))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """The broker: sessions, subscriptions, retained messages and routing on one node.
 
 Connections (``ClientConnection``) call into the broker synchronously; the timers are two
-deadline wheels (keep alive and connect timeouts; session expiry) and delayed wills. Routing a
+deadline wheels (keep alive and connect timeouts; session expiry and delayed wills). Routing a
 PUBLISH looks up a per-topic delivery plan (cached until the subscriptions change), then hands
 the message to each session.
 """
@@ -72,7 +72,8 @@ class Broker(AuthEvents):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
         self.deadlines = DeadlineWheel(lambda: self.loop)  # keep alive, connect timeouts
-        # parked sessions' expiry: a wheel entry each, not a TimerHandle (~700 bytes)
+        # parked sessions' expiry and delayed wills: a wheel entry each, not a TimerHandle
+        # (~700 bytes)
         self.expiries = DeadlineWheel(lambda: self.loop, due=self._expiry_due)
         # Cluster ports (xmq.app wires them when Redis is configured; None on a single node).
         self.identity: NodeIdentity | None = None
@@ -225,31 +226,39 @@ class Broker(AuthEvents):
             if delay == 0:
                 self.publish_will(will)
             else:
+                # one wheel entry for both deadlines: filed at the will's, which is first
+                now = self.now()
                 session.will = will
-                session.will_handle = self.loop.call_later(delay, self._will_due, session)
+                if expiry != SESSION_NEVER_EXPIRES:
+                    session.expires_at = now + expiry
+                self.expiries.add(session, now + delay)
+                return
         if expiry != SESSION_NEVER_EXPIRES:
             self.expiries.add(session, self.now() + expiry)
 
-    def _will_due(self, session: Session) -> None:
-        session.will_handle = None
-        will, session.will = session.will, None
-        if will is not None and session.connection is None:
-            self.publish_will(will)
-
     def _expiry_due(self, entry: Slotted, now: float) -> float | None:
-        """A parked session's expiry came (``expiries``; never early, at most two of the
-        wheel's 0.25 s slots late): end it unless it was resumed or handed over meanwhile."""
+        """A parked session's delayed will or expiry came (``expiries``; never early, at most
+        two of the wheel's 0.25 s slots late). Unless it was resumed or handed over
+        meanwhile: its will is published and it is filed again at its expiry, or, expired,
+        it ends (publishing a will still pending)."""
         session = cast(Session, entry)
-        if session.connection is None and self.sessions.get(session.client_id) is session:
-            self.end_session(session)
+        if session.connection is not None or self.sessions.get(session.client_id) is not session:
+            return None
+        will = session.will
+        if will is not None:
+            expires_at = session.expires_at
+            if not expires_at or now < expires_at:
+                session.will = None
+                session.expires_at = 0.0
+                self.publish_will(will)
+                return expires_at or None  # never expires: not filed again
+        self.end_session(session)
         return None
 
     def _cancel_timers(self, session: Session) -> None:
         if session.wheel_slot:
             self.expiries.remove(session)
-        if session.will_handle is not None:
-            session.will_handle.cancel()
-            session.will_handle = None
+        session.expires_at = 0.0
         session.will = None  # a resumed session cancels its delayed will
 
     def end_session(self, session: Session, release: bool = True) -> None:

@@ -42,8 +42,6 @@ from xmq.protocol.outbound_qos import (
 from xmq.protocol.packet_ids import PacketIdAllocator
 
 if TYPE_CHECKING:
-    from asyncio import TimerHandle
-
     from xmq.core.cluster_ports import DurableHold, DurableStore
     from xmq.core.inbound_ids import InboundMessageIds
     from xmq.core.ports import SessionClient
@@ -145,6 +143,7 @@ class Session:
     __slots__ = (
         "client_id",
         "connection",
+        "expires_at",
         "expiry_s",
         "inbound_ids",
         "inbound_qos2",
@@ -160,7 +159,6 @@ class Session:
         "subscriptions",
         "wheel_slot",
         "will",
-        "will_handle",
     )
 
     def __init__(
@@ -179,7 +177,9 @@ class Session:
         self.expiry_s = expiry_s
         self.wheel_slot = 0  # parked with an expiry: its slot in ``Broker.expiries`` (0: none)
         self.will: Will | None = None
-        self.will_handle: TimerHandle | None = None
+        # parked with a delayed will pending (filed in ``Broker.expiries`` at the will's
+        # time): the loop time it expires at (0.0: never, or no delayed will pending)
+        self.expires_at = 0.0
         self.limits = limits
         self.stats = stats
         self.store: DurableStore | None = None  # set for persistent sessions in a cluster
