@@ -33,6 +33,15 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
         """1 up, 0 dropped and being dialled again (resuming); absent: not linked."""
         return {peer: float(not link.closed) for peer, link in hub.links.items()}
 
+    def link_write_buffers() -> dict[str, float]:
+        """Bytes waiting in each link's transport (above 1 MiB its local publishers are
+        paused: ``cluster.peer_link.WRITE_HIGH``)."""
+        return {
+            peer: float(link.transport.get_write_buffer_size())
+            for peer, link in hub.links.items()
+            if link.transport is not None and not link.closed
+        }
+
     def link_events() -> dict[str, float]:
         dead = cluster.dead_peers
         return {
@@ -98,6 +107,13 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
             "Node links: 1 up, 0 dropped and being dialled again.",
             "peer",
             links,
+        ),
+        LabelledSource(
+            "xmq_cluster_link_write_buffer_bytes",
+            "Bytes waiting in each node link's write buffer (its local publishers are paused "
+            "above 1 MiB until it drains under 256 KiB).",
+            "peer",
+            link_write_buffers,
         ),
         LabelledSource(
             "xmq_cluster_link_events",

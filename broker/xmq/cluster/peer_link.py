@@ -22,7 +22,12 @@ work, and a peer sending faster than this node routes is held by TCP, not in mem
 Outbound, the transport's write buffer is bounded (``WRITE_HIGH`` / ``WRITE_LOW``): above its
 high-water mark (``pause_writing``) the local publishers whose messages are being forwarded
 over the link have their sockets paused, as the durable store pauses them while its records
-wait, until it drains below the low-water mark (``resume_writing``).
+wait, until it drains below the low-water mark (``resume_writing``). Frames are written once
+per loop turn, and one turn can read a publisher many times (libuv reads a readable socket up
+to 32 times per wake-up while it is not paused: 8 MiB of 256 KiB reads), so the link does not
+wait for the transport: frames of this turn that would take the buffer past ``WRITE_HIGH``
+make it congested at once (``send``); if the turn's write then fits under the mark after all,
+the transport has paused nothing and the publishers are resumed after it.
 """
 
 from __future__ import annotations
@@ -79,6 +84,7 @@ class PeerLink(asyncio.Protocol):
         "_held",
         "_loop",
         "_out",
+        "_out_room",
         "_paused_publishers",
         "_reading",
         "_scheduled",
@@ -103,6 +109,7 @@ class PeerLink(asyncio.Protocol):
         "transport",
         "unconfirmed",
         "undelivered",
+        "writing_paused",
     )
 
     def __init__(self, hub: ClusterHub) -> None:
@@ -118,6 +125,9 @@ class PeerLink(asyncio.Protocol):
         self._scheduled = False
         # local publishers paused while the write buffer is above WRITE_HIGH (None: it is not)
         self._paused_publishers: set[SessionClient] | None = None
+        self.writing_paused = False  # the transport called pause_writing (not resumed yet)
+        # bytes the frames of this turn (``_out``) may take before the buffer passes WRITE_HIGH
+        self._out_room = WRITE_HIGH
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it runs in (call_soon)
         # shared-group messages sent and not yet confirmed: re-dispatched if the link dies
         self.shared_seq = 0
@@ -309,11 +319,13 @@ class PeerLink(asyncio.Protocol):
     def pause_writing(self) -> None:
         """The write buffer is above ``WRITE_HIGH``: local publishers whose messages go over
         the link from now on are paused (``_forwarding``)."""
+        self.writing_paused = True
         if self._paused_publishers is None:
             self._paused_publishers = set()
 
     def resume_writing(self) -> None:
         """The write buffer is below ``WRITE_LOW`` (or the link is gone): resume them."""
+        self.writing_paused = False
         paused, self._paused_publishers = self._paused_publishers, None
         for conn in paused or ():
             conn.link.resume_reading()
@@ -339,6 +351,9 @@ class PeerLink(asyncio.Protocol):
         if self.closed:
             return
         self._out.append(data)
+        self._out_room -= len(data)
+        if self._out_room < 0 and self._paused_publishers is None:
+            self._paused_publishers = set()  # congested before the turn's write (``_flush``)
         if not self._scheduled:
             self._scheduled = True
             self.call_soon(self._flush)
@@ -355,8 +370,12 @@ class PeerLink(asyncio.Protocol):
     def _flush(self) -> None:
         self._scheduled = False
         out, self._out = self._out, []
-        if self.transport is not None and not self.closed and out:
-            self.transport.writelines(out)
+        transport = self.transport
+        if transport is not None and not self.closed and out:
+            transport.writelines(out)
+            self._out_room = WRITE_HIGH - transport.get_write_buffer_size()
+            if self._paused_publishers is not None and not self.writing_paused:
+                self.resume_writing()  # congested by ``send``, but it fitted under the mark
 
     def send_publish(
         self, data: bytes, message: Message, keep: bool, hold: DurableHold | None = None

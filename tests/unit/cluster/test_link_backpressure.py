@@ -16,7 +16,7 @@ from tests.support.virtual_loop import VirtualLoop
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_frames import BodyReader, FrameDecoder, Kind
-from xmq.cluster.peer_link import FRAMES_PER_TURN, PeerLink
+from xmq.cluster.peer_link import FRAMES_PER_TURN, WRITE_HIGH, PeerLink
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.fanout_slices import SLICE
@@ -181,3 +181,65 @@ async def test_a_congested_link_pauses_the_publishers_it_forwards_for() -> None:
     link.send_publish(b"frame", message, keep=False)
     link.connection_lost(None)  # a link gone resumes them too
     assert not _paused(publisher.link)
+
+
+class _SocketBuffer(_PausingTransport):
+    """A transport whose socket takes ``takes`` bytes a write at most; the rest waits in its
+    buffer, and above the high-water mark it pauses its protocol (as asyncio's and uvloop's
+    transports do, synchronously in the write)."""
+
+    def __init__(self, takes: int) -> None:
+        super().__init__()
+        self.takes = takes
+        self.buffered = 0
+        self.link: PeerLink | None = None
+
+    def writelines(self, lines: list[bytes]) -> None:
+        size = sum(len(line) for line in lines)
+        self.buffered += max(0, size - self.takes)
+        if self.buffered > WRITE_HIGH and self.link is not None:
+            self.link.pause_writing()
+
+    def get_write_buffer_size(self) -> int:
+        return self.buffered
+
+
+async def _turn_past_the_mark(takes: int) -> tuple[PeerLink, _Client, list[bool]]:
+    """One loop turn forwards 2 MiB for a publisher (64 KiB frames), as when libuv reads its
+    socket many times in one wake-up; then the link's write (``_flush``) runs."""
+    broker, _loop = _broker()
+    hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
+    link = PeerLink(hub)
+    wire = _SocketBuffer(takes)
+    link.connection_made(cast(asyncio.Transport, wire))
+    await _settle()
+    wire.link = link
+    publisher = _Client()
+    session = Session("pub", broker.settings.queues, broker.stats)
+    session.connection = cast(SessionClient, publisher)
+    broker.sessions["pub"] = session
+    message = Message("bcast/x", b"m", 1, False, None, "pub", 0.0)
+    paused_in_turn = []
+    for _ in range(32):
+        link.send_publish(b"f" * (64 << 10), message, keep=False)
+        paused_in_turn.append(_paused(publisher.link))
+    await _settle()
+    return link, publisher, paused_in_turn
+
+
+async def test_a_turn_past_the_high_water_mark_pauses_its_publishers_before_the_write() -> None:
+    # a stalled peer: the socket takes nothing, the transport pauses the link at the write
+    link, publisher, paused_in_turn = await _turn_past_the_mark(takes=0)
+    # paused as soon as the turn's frames pass 1 MiB (17 x 64 KiB), not after the 2 MiB
+    # were written: before, the whole turn (libuv: up to 32 reads of 256 KiB a publisher)
+    # was forwarded first (6-23 MiB buffered in tests/integration/cluster/test_link_pause.py)
+    assert paused_in_turn.index(True) <= WRITE_HIGH // (64 << 10) + 1
+    assert _congested(link) and _paused(publisher.link)  # and still, the buffer is full
+    link.resume_writing()  # drained under the low-water mark
+    assert not _paused(publisher.link)
+
+
+async def test_a_turn_past_the_mark_that_the_socket_takes_resumes_them_after_the_write() -> None:
+    link, publisher, paused_in_turn = await _turn_past_the_mark(takes=1 << 30)
+    assert any(paused_in_turn)  # congested for the turn ...
+    assert not _congested(link) and not _paused(publisher.link)  # ... and it all went out
