@@ -37,6 +37,7 @@ from xmq.core.held_acks import AckGate
 from xmq.core.lease_fence import LeaseFence
 from xmq.core.memory_cost import retained_cost
 from xmq.core.message import Message
+from xmq.core.routed_inbound_ids import RoutedInboundIds, is_inbound_message_id
 from xmq.core.session import Delivery, Session, Subscription, deliver_planned
 from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
@@ -90,6 +91,9 @@ class Broker(AuthEvents):
         # client ids handed over to another node while a claim of them was in flight here:
         # that claim's reply predates the takeover and must not be applied
         self.revoked_claims: set[str] = set()
+        # inbound QoS 2 message ids routed here: a re-sent PUBLISH routed again reaches only
+        # the sessions whose store deduplicates it (core.routed_inbound_ids)
+        self.routed_inbound = RoutedInboundIds(self.now)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -426,17 +430,26 @@ class Broker(AuthEvents):
                 self.retained.set(topic, message)
             else:
                 self.retained.delete(topic)
+        forward_id = context.forward_id
+        # routed here before (a re-sent PUBLISH routed again: rare): only to the deliveries
+        # that ignore a second copy (core.routed_inbound_ids)
+        again = (
+            message.qos == 2
+            and bool(forward_id)
+            and is_inbound_message_id(forward_id)
+            and not self.routed_inbound.first_time(forward_id)
+        )
         plan = self.plans.entries.get(topic)
         now = self.now() if message.expires_at is not None else 0.0
         if plan is None:
             matches = self.subscriptions.match(topic)
             if len(matches) > FANOUT_SLICE:  # planned a slice per turn too
-                return self.fanouts.add(message, [], now, context, matches)
+                return self.fanouts.add(message, [], now, context, matches, again)
             plan = self._plan(topic, matches)
         origin = message.origin
         waiting = self.fanouts.waiting
-        if len(plan) > FANOUT_SLICE or (waiting and origin in waiting):
-            return self.fanouts.add(message, plan, now, context)
+        if again or len(plan) > FANOUT_SLICE or (waiting and origin in waiting):
+            return self.fanouts.add(message, plan, now, context, recorded_only=again)
         self.stats.deliveries_routed += len(plan)
         return deliver_planned(plan, message, now, context)
 

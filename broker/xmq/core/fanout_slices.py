@@ -108,6 +108,7 @@ class Fanout:
         "plan",
         "planned",
         "quota_dropped",
+        "recorded_only",
         "routed",
     )
 
@@ -119,6 +120,7 @@ class Fanout:
         context: DurableContext,
         matches: Matches | None,
         generation: int,
+        recorded_only: bool = False,
     ) -> None:
         self.message = message
         self.plan = plan
@@ -133,6 +135,8 @@ class Fanout:
         self.at = 0
         self.count = 0
         self.quota_dropped = False
+        # a message routed here before (core.routed_inbound_ids): only recorded deliveries
+        self.recorded_only = recorded_only
 
 
 class FanoutSlices:
@@ -154,12 +158,13 @@ class FanoutSlices:
         now: float,
         context: DurableContext,
         matches: Matches | None = None,
+        recorded_only: bool = False,
     ) -> Fanout:
         """Queue ``plan`` (or the ``matches`` to build it from, a slice per turn too):
         routed from the next loop turn on (none of it now, so that a turn that finished one
         fan-out and read the publisher's next PUBLISH plans one slice)."""
         generation = self._broker.subscription_generation
-        fanout = Fanout(message, plan, now, context, matches, generation)
+        fanout = Fanout(message, plan, now, context, matches, generation, recorded_only)
         origin = message.origin
         self.waiting[origin] = self.waiting.get(origin, 0) + 1
         self._queue.append(fanout)
@@ -224,12 +229,15 @@ class FanoutSlices:
         count = 0
         quota_drops = stats.quota_drops
         context = fanout.context  # the records of this slice hold the publisher's ack
+        recorded_only = fanout.recorded_only
         for session, sub, ids in plan[start:stop]:
             if sub.no_local and session.client_id == origin:
                 continue
             if sessions.get(session.client_id) is not session:
                 continue  # ended, or moved to another node, before its slice
             qos = sub.qos if sub.qos < mqos else mqos
+            if recorded_only and (session.store is None or not qos):
+                continue  # had the first copy: nothing would ignore this one
             as_retained = retain and sub.retain_as_published
             if session.deliver(message, qos, as_retained, ids, None, now, context):
                 count += 1
