@@ -22,8 +22,9 @@ from xmq.codec.wire import read_varint
 #: The largest packet MQTT can express: 1 + 4 header bytes + 268,435,455 body bytes.
 MAX_PACKET_SIZE = 268_435_460
 
-#: ``feed``'s default limit: every packet the bytes complete (a read holds fewer).
-EVERY_PACKET = 1 << 62
+#: ``feed``'s default limit: every packet the bytes complete (a read holds fewer; within
+#: mypyc's unboxed integers, so the per-packet comparison stays a machine one).
+EVERY_PACKET = 1 << 40
 
 
 class PacketReader:

@@ -53,6 +53,10 @@ out to the slice's deliveries) leaves at most this many decoded; the rest of the
 bytes until a later turn reaches it."""
 
 
+_NO_PACKETS: list[Packet] = []
+"""The packets a new read starts with (read, never changed)."""
+
+
 class FlushScheduler:
     """Writes every connection's pending output once per event-loop tick."""
 
@@ -230,9 +234,13 @@ class MqttClientProtocol(asyncio.Protocol):
         reader = self.reader
         stats = self._stats
         started = stats.deliveries_routed
-        packets, error = self._take_backlog()
-        if packets is None:
-            packets = []
+        packets = self._backlog
+        error = self._backlog_error
+        if packets is None:  # a new read (no tuple, no list made for it: the common case)
+            packets = _NO_PACKETS
+        else:
+            self._backlog = None
+            self._backlog_error = None
         index = 0
         handled = 0  # packets handled this turn
         while True:
