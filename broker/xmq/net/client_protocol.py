@@ -181,6 +181,9 @@ class MqttClientProtocol(asyncio.Protocol):
             self.on_made(self, transport)
 
     def data_received(self, data: bytes) -> None:
+        if self._closing:  # closed, lingering for the client's side: read and dropped (not
+            self._stats.bytes_received += len(data)  # kept behind the rest of a read)
+            return
         now = self._clock()
         if now >= self._fence.deadline:  # the lease is not proven: act on nothing read
             self._hold(data)

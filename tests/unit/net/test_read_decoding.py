@@ -186,3 +186,19 @@ def test_a_ping_flood_is_answered_a_slice_per_turn() -> None:
     turns = _turns(loop, protocol, 2)
     assert max(decoded for decoded, _ in turns) <= _PER_TURN
     assert [type(p) for p in _answers(transport)] == [Pingresp] * 5000
+
+
+def test_what_a_closed_connection_reads_is_dropped_not_kept() -> None:
+    broker, loop, protocol, transport = _setup()
+    first = encode(Connect(client_id="again"), MQTT_5) + _publish("nobody/x", 0) * 1000
+    protocol.data_received(first)  # a second CONNECT: refused, the connection closes
+    closing = _answers(transport)[-1]
+    assert isinstance(closing, Disconnect) and closing.reason_code == 0x82
+    assert protocol.reader.buffered < len(first)  # the rest of that read, at most
+    kept = protocol.reader.buffered
+    for _ in range(20):  # the client goes on sending while the close lingers
+        protocol.data_received(_publish("nobody/x", 1) * 1000)
+    assert protocol.reader.buffered == kept  # not added behind it (it grew to 400 kB)
+    while loop.pending():
+        loop.run_turn()
+    assert broker.stats.messages_received == 0
