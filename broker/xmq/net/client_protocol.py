@@ -45,7 +45,7 @@ the rest of its read waits for the next turn."""
 
 PACKET_WORK = 8
 """Each packet handled counts as this many deliveries towards the slice: a read of packets
-that reach no subscriber (retained messages on new topics, say) is sliced too, at 512."""
+that reach no subscriber (retained messages on new topics, say) is sliced too, at 513."""
 
 DECODE_BATCH = 64
 """Packets decoded at a time within a turn's slice: a turn that ends early (the packets fanned
