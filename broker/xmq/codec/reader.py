@@ -5,6 +5,11 @@
 only an incomplete tail is copied into the internal ``bytearray``, and a partial packet is not
 looked at again until enough bytes for it have arrived (no quadratic re-scans of big packets).
 The size limit is checked as soon as a fixed header is complete, before the body is waited for.
+
+``feed(data, limit)`` decodes at most ``limit`` packets: the rest of the read is kept as it came
+(the chunk and an offset, not copied; ``more`` is then True) and decoded by later calls
+(``feed(b"", limit)``), so that a caller slicing its work per event-loop turn decodes no more of
+a read than the turn handles. A malformed packet later in the read raises when it is reached.
 """
 
 from __future__ import annotations
@@ -17,6 +22,10 @@ from xmq.codec.wire import read_varint
 #: The largest packet MQTT can express: 1 + 4 header bytes + 268,435,455 body bytes.
 MAX_PACKET_SIZE = 268_435_460
 
+#: ``feed``'s default limit: every packet the bytes complete (a read holds fewer; within
+#: mypyc's unboxed integers, so the per-packet comparison stays a machine one).
+EVERY_PACKET = 1 << 40
+
 
 class PacketReader:
     """Incremental MQTT decoder for one connection (either direction).
@@ -27,25 +36,47 @@ class PacketReader:
     reader holds nothing; the connection is expected to close.
     """
 
-    __slots__ = ("_needed", "max_packet_size", "pending", "protocol_version")
+    __slots__ = ("_needed", "_rest", "_rest_at", "max_packet_size", "pending", "protocol_version")
 
     def __init__(self, max_packet_size: int = MAX_PACKET_SIZE, protocol_version: int = 0) -> None:
         self.pending = bytearray()
         """The start of an incomplete packet (one object for the reader's life: a caller may
         test it for emptiness instead of calling ``buffered``)."""
         self._needed = 0
+        self._rest: bytes | None = None  # a read ``feed`` stopped in at its limit ...
+        self._rest_at = 0  # ... and where it stopped
         self.max_packet_size = max_packet_size
         self.protocol_version = protocol_version
 
     @property
     def buffered(self) -> int:
         """Number of bytes received but not yet decoded."""
-        return len(self.pending)
+        rest = self._rest
+        return len(self.pending) + (len(rest) - self._rest_at if rest is not None else 0)
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[Packet]:
-        """Add received bytes; return every packet they complete, in order."""
+    @property
+    def more(self) -> bool:
+        """True when ``feed`` stopped at its limit with bytes left: ``feed(b"")`` goes on."""
+        return self._rest is not None
+
+    def feed(self, data: bytes | bytearray | memoryview, limit: int = EVERY_PACKET) -> list[Packet]:
+        """Add received bytes; return the packets they complete, in order, at most ``limit``
+        of them (the rest waits in the reader: ``more``)."""
         buffer = self.pending
-        if buffer:
+        pos = 0
+        rest = self._rest
+        if rest is not None:  # the rest of a read that an earlier call stopped in
+            self._rest = None
+            pos = self._rest_at
+            if data:  # more bytes came meanwhile (a transport that read on): join them
+                buffer += memoryview(rest)[pos:]
+                buffer += data
+                src = bytes(buffer)
+                buffer.clear()
+                pos = 0
+            else:
+                src = rest
+        elif buffer:
             buffer += data
             if len(buffer) < self._needed:
                 return []
@@ -56,14 +87,20 @@ class PacketReader:
         else:
             src = bytes(data)
         packets: list[Packet] = []
-        pos = 0
         end = len(src)
-        limit = self.max_packet_size
+        largest = self.max_packet_size
         version = self.protocol_version
         needed = 0
         append = packets.append
+        count = 0
         try:
             while end - pos > 1:
+                if count == limit:  # the rest is decoded by the next calls
+                    self._rest = src
+                    self._rest_at = pos
+                    self._needed = 0
+                    return packets
+                count += 1
                 first = src[pos]
                 length = src[pos + 1]
                 header = 2
@@ -73,8 +110,8 @@ class PacketReader:
                         break
                     header -= pos
                 total = header + length
-                if total > limit:
-                    raise PacketTooLarge(f"packet of {total} bytes exceeds the limit of {limit}")
+                if total > largest:
+                    raise PacketTooLarge(f"packet of {total} bytes exceeds the limit of {largest}")
                 if end - pos < total:
                     needed = total
                     break

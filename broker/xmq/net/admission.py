@@ -65,7 +65,7 @@ class RefusedClientProtocol(MqttClientProtocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            packets = self.reader.feed(data)
+            packets = self.reader.feed(data, 1)  # its CONNECT: nothing after it is looked at
         except ProtocolError:
             self.abort()
             return

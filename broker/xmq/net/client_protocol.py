@@ -1,12 +1,16 @@
 """The asyncio protocol of one MQTT client connection: bytes in, packets to the core, bytes out.
 
-``data_received`` decodes every complete packet and hands each to the core synchronously,
-until the packets handled have planned ``READ_SLICE_DELIVERIES`` deliveries (each packet
-counting as ``PACKET_WORK``): the rest of the read waits for the next loop turn
+``data_received`` decodes packets (``DECODE_BATCH`` at a time) and hands each to the core
+synchronously, until the packets handled have planned ``READ_SLICE_DELIVERIES`` deliveries
+(each packet counting as ``PACKET_WORK``): the rest of the read waits for the next loop turn
 (``call_soon``) with reading paused, so one read of thousands of PUBLISH packets fanned out
-to thousands of sessions cannot hold the loop for seconds. A PUBLISH whose own fan-out is
-routed over several turns (``core.fanout_slices``; ``ClientConnection.fanning_out``) holds
-the rest of the read the same way until its last slice. Packets keep their order.
+to thousands of sessions cannot hold the loop for seconds. What the turn does not handle is
+not decoded either: it stays as bytes in the reader (``PacketReader.more``), so a read of
+256 KiB of tiny packets costs each turn the decoding of its own slice only (a malformed
+packet further on is answered when it is reached, after the packets before it). A PUBLISH
+whose own fan-out is routed over several turns (``core.fanout_slices``;
+``ClientConnection.fanning_out``) holds the rest of the read the same way until its last
+slice. Packets keep their order.
 Output is appended to one ``bytearray`` per connection and written once per loop tick for all
 connections that have output (``FlushScheduler``), so a burst of deliveries to one client costs
 one ``write`` system call.
@@ -41,7 +45,16 @@ the rest of its read waits for the next turn."""
 
 PACKET_WORK = 8
 """Each packet handled counts as this many deliveries towards the slice: a read of packets
-that reach no subscriber (retained messages on new topics, say) is sliced too, at 512."""
+that reach no subscriber (retained messages on new topics, say) is sliced too, at 513."""
+
+DECODE_BATCH = 64
+"""Packets decoded at a time within a turn's slice: a turn that ends early (the packets fanned
+out to the slice's deliveries) leaves at most this many decoded; the rest of the read stays
+bytes until a later turn reaches it."""
+
+
+_NO_PACKETS: list[Packet] = []
+"""The packets a new read starts with (read, never changed)."""
 
 
 class FlushScheduler:
@@ -111,7 +124,7 @@ class MqttClientProtocol(asyncio.Protocol):
         self._closing = False
         self._linger: asyncio.TimerHandle | None = None
         self._paused_writing = False
-        self._backlog: list[Packet] | None = None  # the rest of a sliced read
+        self._backlog: list[Packet] | None = None  # a sliced read's decoded rest (or [])
         self._backlog_error: ProtocolError | None = None
         self._held = False  # the core paused reading (authentication, held acks)
         self.congested = False
@@ -168,6 +181,9 @@ class MqttClientProtocol(asyncio.Protocol):
             self.on_made(self, transport)
 
     def data_received(self, data: bytes) -> None:
+        if self._closing:  # closed, lingering for the client's side: read and dropped (not
+            self._stats.bytes_received += len(data)  # kept behind the rest of a read)
+            return
         now = self._clock()
         if now >= self._fence.deadline:  # the lease is not proven: act on nothing read
             self._hold(data)
@@ -192,18 +208,17 @@ class MqttClientProtocol(asyncio.Protocol):
                     if conn.fanning_out:
                         self._defer([], None)
                     return
-        error: ProtocolError | None = None
-        try:
-            packets = self.reader.feed(data)
-        except ProtocolError as bad:
-            packets = bad.decoded  # complete packets that came before the bad one
-            error = bad
         if self._backlog is not None:  # a transport that ignored pause_reading
-            self._backlog.extend(packets)
-            self._backlog_error = self._backlog_error or error
+            if self._backlog_error is None:
+                self.reader.feed(data, 0)  # kept undecoded, after the rest of the read
             return
-        self._handle_packets(packets, error)
-        pending = self.reader.pending  # before CONNACK only a small partial packet may wait
+        self._handle_slice(data)
+        self._check_pending()
+
+    def _check_pending(self) -> None:
+        """Before CONNACK only a small partial packet may wait (``accepts_pending``)."""
+        pending = self.reader.pending
+        conn = self.conn
         if (
             pending
             and conn.state != CONNECTED
@@ -213,27 +228,59 @@ class MqttClientProtocol(asyncio.Protocol):
             conn.refuse_pending()
             self._closing = True
 
-    def _handle_packets(self, packets: list[Packet], error: ProtocolError | None) -> None:
-        """Hand packets to the core in order; the rest goes to the next loop turn once this
-        turn's packets have planned ``READ_SLICE_DELIVERIES`` deliveries."""
+    def _handle_slice(self, data: bytes) -> bool:
+        """Decode packets (first the backlog's, then ``data`` and the bytes the reader kept)
+        and hand them to the core in order, until this turn's packets have planned
+        ``READ_SLICE_DELIVERIES`` deliveries; the rest goes to the next loop turn, mostly
+        undecoded. False when some of it waits (``_defer``)."""
         conn = self.conn
+        reader = self.reader
         stats = self._stats
         started = stats.deliveries_routed
-        last = len(packets) - 1
-        for index, packet in enumerate(packets):
+        packets = self._backlog
+        error = self._backlog_error
+        if packets is None:  # a new read (no tuple, no list made for it: the common case)
+            packets = _NO_PACKETS
+        else:
+            self._backlog = None
+            self._backlog_error = None
+        index = 0
+        handled = 0  # packets handled this turn
+        while True:
+            if index == len(packets):
+                if error is not None:
+                    if not self._closing:
+                        conn.protocol_error(error)
+                        self._closing = True
+                    return True
+                if not data and not reader.more:
+                    return True
+                # as many as the turn may still handle if they route nothing, a batch at most
+                left = READ_SLICE_DELIVERIES - (stats.deliveries_routed - started)
+                wanted = (left + PACKET_WORK - 1) // PACKET_WORK + 1 - handled
+                try:
+                    packets = reader.feed(data, min(max(wanted, 1), DECODE_BATCH))
+                except ProtocolError as bad:
+                    packets = bad.decoded  # complete packets that came before the bad one
+                    error = bad
+                data = b""
+                index = 0
+                if not packets and error is None:
+                    return True  # a partial packet waits for its bytes
+                continue
             if self._closing:
-                return
+                return True
+            packet = packets[index]
+            index += 1
             conn.handle(packet)
             if conn.fanning_out:  # its fan-out goes on in later turns: so does the read
-                self._defer(packets[index + 1 :], error)
-                return
-            work = stats.deliveries_routed - started + index * PACKET_WORK
-            if index < last and work >= READ_SLICE_DELIVERIES:
-                self._defer(packets[index + 1 :], error)
-                return
-        if error is not None and not self._closing:
-            conn.protocol_error(error)
-            self._closing = True
+                self._defer(packets[index:], error)
+                return False
+            work = stats.deliveries_routed - started + handled * PACKET_WORK
+            handled += 1
+            if work >= READ_SLICE_DELIVERIES and (index < len(packets) or reader.more):
+                self._defer(packets[index:], error)
+                return False
 
     def _defer(self, packets: list[Packet], error: ProtocolError | None) -> None:
         """Keep the rest of a read for a later loop turn, reading paused meanwhile."""
@@ -247,17 +294,20 @@ class MqttClientProtocol(asyncio.Protocol):
         if self.conn.fanning_out and not self._closing:  # still routing a PUBLISH's fan-out
             self.conn.broker.loop.call_soon(self._resume_backlog)
             return
-        packets, error = self._take_backlog()
-        if packets is None or self._closing:
+        if self._backlog is None:
             return
-        self._handle_packets(packets, error)
-        if self._backlog is None and not self._held:
-            self.resume_reading()
+        if self._closing:
+            self._take_backlog()
+            return
+        if self._handle_slice(b""):
+            self._check_pending()
+            if not self._held:
+                self.resume_reading()
 
     def _take_backlog(self) -> tuple[list[Packet] | None, ProtocolError | None]:
-        """The rest of a sliced read and its error, cleared. (A method, not a swap in
+        """The decoded rest of a sliced read and its error, cleared. (A method, not a swap in
         ``_resume_backlog``: there mypy would narrow ``self._backlog`` to None across
-        ``_handle_packets``, which may set it again, and mypyc compiles that narrowing.)"""
+        ``_handle_slice``, which may set it again, and mypyc compiles that narrowing.)"""
         taken = self._backlog, self._backlog_error
         self._backlog = None
         self._backlog_error = None

@@ -5,6 +5,7 @@ event-loop stall read from /metrics."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 
@@ -16,6 +17,7 @@ from tests.support.http_probe import http, metric, wait_port
 from tests.support.raw_client import RawClient
 from xmq.codec.packets import (
     Disconnect,
+    Packet,
     Pingreq,
     Pingresp,
     Puback,
@@ -25,6 +27,7 @@ from xmq.codec.packets import (
     SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
+from xmq.codec.reader import PacketReader
 from xmq.codec.writer import encode
 
 pytestmark = pytest.mark.integration
@@ -84,6 +87,43 @@ def _ping_time(client: RawClient) -> float:
     client.send_packet(Pingreq())
     assert isinstance(client.read_packet(30), Pingresp)
     return time.monotonic() - started
+
+
+def test_one_write_of_a_mebibyte_of_tiny_packets_is_decoded_a_slice_per_turn(
+    broker: BrokerProcess,
+) -> None:
+    """Reads of up to 256 KiB (131,072 PINGREQs) decoded as they are handled: every packet is
+    answered, in order, and other clients are served meanwhile. (How many packets a turn
+    decodes is counted by tests/unit/net/test_read_decoding.py; the CPU of the longest turn
+    is measured by bench/read_slice_stall.py, not asserted here.)"""
+    port = wait_port(broker, "metrics")
+    pinger = _pinger(broker)
+    flooder = RawClient(broker.port)
+    flooder.connect("flood")
+    pings = encode(Pingreq(), 5) * 1023
+    flood = b"".join(
+        pings + encode(Publish(topic="t", payload=b"", qos=1, packet_id=n), 5)
+        for n in range(1, 513)
+    )
+    assert len(flood) > 1 << 20  # four reads of the broker's socket at least
+    expected = [*([Pingresp] * 1023), Puback] * 512
+    sender = threading.Thread(target=flooder.send, args=(flood,))
+    sender.start()  # the answers are read meanwhile
+    waits = [_ping_time(pinger) for _ in range(3)]  # served while the flood is handled
+    answers: list[Packet] = []
+    reader = PacketReader(protocol_version=5)
+    flooder.sock.settimeout(60)
+    while len(answers) < len(expected):
+        chunk = flooder.sock.recv(1 << 20)
+        assert chunk, f"closed after {len(answers)} answers"
+        answers += reader.feed(chunk)
+    sender.join()
+    assert [type(p) for p in answers] == expected  # every packet answered, in order
+    assert [p.packet_id for p in answers if isinstance(p, Puback)] == list(range(1, 513))
+    assert max(waits) < MAX_STALL_S
+    assert http(port, "/healthz")[0] == 200
+    flooder.close()
+    pinger.close()
 
 
 def test_subscribe_listing_hash_a_thousand_times_against_5000_retained(

@@ -135,3 +135,38 @@ def test_error_lists_the_packets_decoded_before_it() -> None:
     with pytest.raises(MalformedPacket) as caught:
         PacketReader(protocol_version=4).feed(b"\x40\x02\x00\x00")
     assert caught.value.decoded == []
+
+
+def _more(reader: PacketReader) -> bool:
+    return reader.more  # (a call: mypy would narrow the property across the feeds)
+
+
+def test_a_limit_keeps_the_rest_undecoded_until_asked() -> None:
+    stream = b"".join(encode(Puback(n), 5) for n in range(1, 11))
+    reader = PacketReader(protocol_version=5)
+    assert reader.feed(stream, 3) == [Puback(1), Puback(2), Puback(3)]
+    assert _more(reader) and reader.buffered == len(stream) * 7 // 10
+    assert reader.feed(b"", 4) == [Puback(4), Puback(5), Puback(6), Puback(7)]
+    assert reader.feed(b"") == [Puback(8), Puback(9), Puback(10)]
+    assert not _more(reader) and reader.buffered == 0
+
+
+def test_bytes_fed_while_a_rest_waits_come_after_it() -> None:
+    stream = b"".join(encode(Puback(n), 5) for n in range(1, 6))
+    reader = PacketReader(protocol_version=5)
+    assert reader.feed(stream[:-1], 2) == [Puback(1), Puback(2)]
+    assert reader.feed(stream[-1:] + stream[:2], 0) == []  # kept, not decoded
+    assert _more(reader) and reader.buffered == len(stream) * 3 // 5 + 2
+    assert reader.feed(b"", 1) == [Puback(3)]
+    assert reader.feed(stream[2:4]) == [Puback(4), Puback(5), Puback(1)]
+    assert not _more(reader) and reader.buffered == 0
+
+
+def test_a_malformed_packet_after_the_limit_raises_when_reached() -> None:
+    reader = PacketReader(protocol_version=4)
+    stream = encode(Pingreq(), 4) * 3 + b"\x60\x02\x00\x01" + encode(Pingreq(), 4)
+    assert reader.feed(stream, 2) == [Pingreq(), Pingreq()]
+    with pytest.raises(MalformedPacket) as raised:
+        reader.feed(b"", 5)
+    assert raised.value.decoded == [Pingreq()]
+    assert not _more(reader) and reader.buffered == 0
