@@ -93,12 +93,14 @@ class OrphanAppends:
     def to_unlinked(self, message: Message, hold: DurableHold | None, sent: Collection[str]) -> int:
         """Send ``message`` to every session it matches of an owner run that was alive when
         this node read the session from Redis (``table.pending``: at start or on rejoining)
-        and has not been confirmed linked since; return how many. Not linked yet, it waits
+        and that no live node has announced since; return how many. Not linked yet, it waits
         for that run's link (``LinkWait``, the publisher's ack held) and goes to it with
         DIRECT; before, it was routed nowhere (0x10) though the session and its client were
         live (issue 12). A session a node in ``sent`` announced is left to that node's own
-        routing; a linked owner that has not announced it (its claim attaching it) gets it
-        with DIRECT (held there during the claim, else queued in Redis for the next one)."""
+        routing; a linked owner that has not announced it (its claim attaching it, or its
+        client gone during the claim) gets it with DIRECT (held there during the claim, else
+        queued in Redis for the next one). Such a session stays pending while Redis says that
+        run owns it (``PendingOwners``); before, the link ended the wait: 0x10 again."""
         hub = self.hub
         if hub.store is None:
             return 0
