@@ -38,6 +38,9 @@ class DurableSub:
     topic_filter: str
     qos: int
     flags: int
+    since: int = -1
+    """The announcing node's last forward-id number when it announced the session (-1: not
+    said, an older node): its PUBLISH frames numbered higher were routed with it there."""
 
 
 @dataclass(frozen=True, slots=True)
