@@ -76,7 +76,7 @@ class PendingOwners:
         self.own_run = own_run
         self.clock = clock
         self.recheck_s = recheck_s
-        self.rechecked = 0  # sessions whose owner record was read again (a metric)
+        self.rechecked = 0  # sessions whose owner record was read again (a count)
         self._due: deque[tuple[Owner, str]] = deque()
         self._next_round: float | None = None  # the first round: ``recheck_s`` after the first pass
 
