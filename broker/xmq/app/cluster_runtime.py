@@ -147,7 +147,8 @@ class ClusterRuntime:
             return None if link is None else link.peer_epoch
 
         async def read_owners(keys: list[str]) -> list[bytes | str | None]:
-            return list(await self.lease_client.mget(keys))
+            async with asyncio.timeout(max(1.0, cluster.lease_ttl_s / 3)):
+                return list(await self.lease_client.mget(keys))
 
         self.pending = PendingOwners(
             hub.table,
@@ -314,8 +315,7 @@ class ClusterRuntime:
         owner run is gone (then orphans), or Redis names another owner (``PendingOwners``)."""
         peers = self.membership.peers if self.membership is not None else {}
         try:
-            async with asyncio.timeout(5):
-                await self.pending.settle(peers)
+            await self.pending.settle(peers)
         except (RedisError, OSError, TimeoutError, ValueError) as error:
             log.warning("could not re-check pending sessions: %r", error)
 
