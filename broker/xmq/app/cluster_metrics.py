@@ -135,7 +135,7 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
             "xmq_cluster_orphan_appends",
             "APPEND_IF_OWNER calls for sessions of owners believed dead, appends asked "
             "again because the owner still held its lease, and messages for sessions of a live "
-            "owner not linked yet (sent once linked).",
+            "owner run that no live node has announced (sent to that run, once linked).",
             "kind",
             appends,
             kind="counter",

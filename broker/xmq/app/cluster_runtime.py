@@ -22,6 +22,7 @@ from xmq.cluster.link_tls import link_tls_contexts
 from xmq.cluster.membership import Membership
 from xmq.cluster.orphan_loader import load_orphans
 from xmq.cluster.peer_link import PeerLink
+from xmq.cluster.pending_owners import PendingOwners
 from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
 from xmq.contract.pod import CLUSTER_UID_ENV, POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
@@ -138,6 +139,27 @@ class ClusterRuntime:
             self.hub.link_tls = link_tls_contexts(cluster.link_tls)
         self.retained = RedisRetainedSync(self.batcher, self.keys, broker.retained, loop_clock)
         self.hub.on_retained = self.retained.touched
+        hub = self.hub
+        identity = self.identity
+
+        def linked_epoch(node: str) -> int | None:
+            link = hub.links.get(node)
+            return None if link is None else link.peer_epoch
+
+        async def read_owners(keys: list[str]) -> list[bytes | str | None]:
+            async with asyncio.timeout(max(1.0, cluster.lease_ttl_s / 3)):
+                return list(await self.lease_client.mget(keys))
+
+        self.pending = PendingOwners(
+            hub.table,
+            linked_epoch,
+            hub.reachable,
+            read_owners,
+            self.keys,
+            lambda: (identity.node_id, identity.epoch),
+            loop_clock,
+            max(1.0, cluster.lease_ttl_s),  # each pending session's owner re-read this often
+        )
         self._reload_task: asyncio.Task[None] | None = None
         self.membership: Membership | None = None
         self.dead_peers: DeadPeers | None = None  # peers killed without the operator's release
@@ -289,20 +311,13 @@ class ClusterRuntime:
         await self._load_retained()
 
     async def _adopt_pending(self) -> None:
-        """Sessions of owners seen with a lease at start: orphans once the owner is gone."""
+        """Sessions of owners seen with a lease at start: they wait until announced, their
+        owner run is gone (then orphans), or Redis names another owner (``PendingOwners``)."""
         peers = self.membership.peers if self.membership is not None else {}
-        table = self.hub.table
-        for key, pending in list(table.pending.items()):
-            node, epoch = key
-            link = self.hub.links.get(node)
-            if link is not None and link.peer_epoch == epoch:
-                del table.pending[key]  # alive: its link snapshot announced them
-                continue
-            lease = peers.get(node)
-            gone = lease is not None and lease.epoch != epoch
-            if gone or not await self.hub.reachable(pending.address):
-                pending.adopt_into(table)
-                del table.pending[key]
+        try:
+            await self.pending.settle(peers)
+        except (RedisError, OSError, TimeoutError, ValueError) as error:
+            log.warning("could not re-check pending sessions: %r", error)
 
     def _offline(self) -> None:
         log.error("node %s offline", self.identity.node_id)

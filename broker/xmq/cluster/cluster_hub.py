@@ -14,7 +14,6 @@ Redis), ``direct_hold`` and ``link_wait`` (messages for a new owner not ready ye
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import ssl
 from typing import TYPE_CHECKING
@@ -69,7 +68,9 @@ class ClusterHub:
         self.link_tls: LinkTls | None = None  # mutual TLS on every link (cluster.link_tls)
         self.forwarded = 0
         self.received = 0
-        self._forward_ids = itertools.count(1)
+        self.forward_number = 0  # of the last forward id given (``encode``)
+        # persistent session -> ``forward_number`` when first announced here (DSUB ``since``)
+        self._announced_at: dict[str, int] = {}
         # Appends for sessions of dead owners, and what happens when Redis names a new owner.
         self.orphans = OrphanAppends(self)
         # Messages for sessions this node owns in Redis: held while the claim attaches them.
@@ -317,8 +318,15 @@ class ClusterHub:
     # -- local subscriptions -> route deltas -------------------------------------------------
 
     def _dsub(self, added: bool, session: Session, sub: Subscription) -> bytes:
+        """A DSUB of ``session``'s subscription, with the forward number when the session was
+        first announced here: the receivers compare it with our PUBLISH frames' ids — one
+        numbered lower was routed before the session was here, even when it arrives after
+        this DSUB (sent again after a re-link, behind the route snapshot): a node the session
+        moved away from hands that one on (``OrphanAppends``)."""
+        client_id = session.client_id
+        since = self._announced_at.setdefault(client_id, self.forward_number)
         return frames.durable_sub(
-            added, session.client_id, sub.topic_filter, sub.topic_filter, sub.qos, sub_flags(sub)
+            added, client_id, sub.topic_filter, sub.topic_filter, sub.qos, sub_flags(sub), since
         )
 
     def subscription_changed(self, session: Session, sub: Subscription, added: bool) -> None:
@@ -352,6 +360,7 @@ class ClusterHub:
                 self._broadcast(frames.share(True, *key))
 
     def session_gone(self, session: Session, durable: bool) -> None:
+        self._announced_at.pop(session.client_id, None)
         if durable:
             self._broadcast(frames.durable_gone(session.client_id))
 
@@ -365,7 +374,8 @@ class ClusterHub:
         forward_id = message.forward_id
         if not forward_id:
             identity = self.identity
-            forward_id = f"{identity.node_id}/{identity.epoch}/f{next(self._forward_ids)}"
+            self.forward_number = number = self.forward_number + 1
+            forward_id = f"{identity.node_id}/{identity.epoch}/f{number}"
             message.forward_id = forward_id  # given once: see Message.forward_id
         return encode_record(
             forward_id,

@@ -113,6 +113,8 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         added = bool(reader.u8())
         client_id, key, topic_filter = reader.text(), reader.text(), reader.text()
         qos, flags = reader.u8(), reader.u8()
+        tail = reader.rest()  # the sender's forward number then (an older sender: none)
+        since = int.from_bytes(tail[:8], "big") if len(tail) >= 8 else -1
         # A session handed over from here keeps its hand-over entries (``table.moved``) for
         # ``MOVED_KEEP_S`` even once its new owner announces it: a third node's PUBLISH
         # frames sent with the route it had before our DGONE can arrive after that DSUB
@@ -120,7 +122,7 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         # DSUB do not (it routed them with the session subscribed: ``to_orphans``).
         if added and announced is not None:
             announced.durable.add((client_id, key))
-        table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags), added)
+        table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags, since), added)
     elif kind == Kind.SNAPSHOT_END:
         if announced is not None:
             link.announced = None

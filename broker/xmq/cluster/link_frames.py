@@ -26,7 +26,7 @@ class Kind(enum.IntEnum):
     HELLO = 1  # node id, u64 epoch, optional u8 features
     ROUTE = 2  # u8 added, filter
     SHARE = 3  # u8 added, group, filter
-    DSUB = 4  # u8 added, client id, key, filter, u8 qos, u8 flags
+    DSUB = 4  # u8 added, client id, key, filter, u8 qos, u8 flags [, u64 since]
     DGONE = 5  # client id
     PUBLISH = 6  # record
     SHARED = 7  # u32 sequence, group, filter, record
@@ -100,8 +100,17 @@ def share(added: bool, group: str, topic_filter: str) -> bytes:
 
 
 def durable_sub(
-    added: bool, client_id: str, key: str, topic_filter: str, qos: int, flags: int
+    added: bool,
+    client_id: str,
+    key: str,
+    topic_filter: str,
+    qos: int,
+    flags: int,
+    since: int = -1,
 ) -> bytes:
+    """``since`` (appended when known; older receivers ignore it): the number of the last
+    forward id the sender had given when the session was announced there — a PUBLISH frame
+    of the sender numbered higher was routed with the session subscribed there."""
     return frame(
         Kind.DSUB,
         bytes((added,)),
@@ -109,6 +118,7 @@ def durable_sub(
         _str(key),
         _str(topic_filter),
         bytes((qos, flags)),
+        _U64.pack(since) if since >= 0 else b"",
     )
 
 

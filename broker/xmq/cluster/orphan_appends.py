@@ -14,7 +14,7 @@ records, so the ack goes out only once the message is durable somewhere.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_frames as frames
@@ -22,7 +22,6 @@ from xmq.cluster.link_wait import Owner, Waiting
 from xmq.cluster.route_table import (
     NO_LOCAL,
     RETAIN_AS_PUBLISHED,
-    DurableSub,
     OrphanIndex,
     OrphanSub,
 )
@@ -35,13 +34,31 @@ if TYPE_CHECKING:
 
 
 def _announced(
-    durable: Mapping[str, Mapping[str, Mapping[str, DurableSub]]],
+    hub: ClusterHub,
     nodes: Collection[str],
     client_id: str,
+    forward_id: str,
 ) -> bool:
     """One of ``nodes`` has announced subscriptions of ``client_id``'s persistent session
-    (an empty entry: they were all withdrawn since)."""
-    return any(durable.get(node, {}).get(client_id) for node in nodes)
+    (an empty entry: they were all withdrawn since) and routed the message with them: not a
+    message of its own (``forward_id`` ``<node>/<epoch>/f<n>``) numbered at most the
+    announcement's ``since`` — one it routed before the session was there, whose frame can
+    arrive after the announcement when the link was re-established in between (frames sent
+    again come behind the new link's route snapshot)."""
+    durable = hub.table.durable
+    for node in nodes:
+        subs = durable.get(node, {}).get(client_id)
+        if not subs:
+            continue
+        since = next(iter(subs.values())).since
+        link = hub.links.get(node)
+        own = "" if link is None else f"{node}/{link.peer_epoch}/f"
+        if since < 0 or not own or not forward_id.startswith(own):
+            return True  # an older node, or not its message: the link's order holds
+        number = forward_id[len(own) :]
+        if not number.isdigit() or int(number) > since:
+            return True
+    return False
 
 
 class OrphanAppends:
@@ -70,7 +87,9 @@ class OrphanAppends:
         announced (DSUB, and no DGONE since) is skipped: frames of a link arrive in the order
         they were sent, so that node has the session subscribed when it routes the message,
         and delivers it itself. Handing it on as well (a moved session, ``table.moved``) would
-        give the session a second copy under another record id: a QoS 2 duplicate."""
+        give the session a second copy under another record id: a QoS 2 duplicate. A message
+        of that node's own numbered at most its DSUB's ``since`` was routed there before the
+        session was: handed on (it came behind the DSUB after a re-link; ``_announced``)."""
         store = self.hub.store
         if store is None:
             return 0
@@ -93,12 +112,14 @@ class OrphanAppends:
     def to_unlinked(self, message: Message, hold: DurableHold | None, sent: Collection[str]) -> int:
         """Send ``message`` to every session it matches of an owner run that was alive when
         this node read the session from Redis (``table.pending``: at start or on rejoining)
-        and has not been confirmed linked since; return how many. Not linked yet, it waits
+        and that no live node has announced since; return how many. Not linked yet, it waits
         for that run's link (``LinkWait``, the publisher's ack held) and goes to it with
         DIRECT; before, it was routed nowhere (0x10) though the session and its client were
         live (issue 12). A session a node in ``sent`` announced is left to that node's own
-        routing; a linked owner that has not announced it (its claim attaching it) gets it
-        with DIRECT (held there during the claim, else queued in Redis for the next one)."""
+        routing; a linked owner that has not announced it (its claim attaching it, or its
+        client gone during the claim) gets it with DIRECT (held there during the claim, else
+        queued in Redis for the next one). Such a session stays pending while Redis says that
+        run owns it (``PendingOwners``); before, the link ended the wait: 0x10 again."""
         hub = self.hub
         if hub.store is None:
             return 0
@@ -115,12 +136,12 @@ class OrphanAppends:
         self, index: OrphanIndex, message: Message, routed_by: Collection[str]
     ) -> dict[str, tuple[OrphanSub, int, bool]]:
         """client id -> (its best matching entry, delivery QoS, retain) for ``message``."""
-        durable = self.hub.table.durable
+        hub = self.hub
         targets: dict[str, tuple[OrphanSub, int, bool]] = {}
         for client_id, orphan in index.tree.match(message.topic):
             if orphan.flags & NO_LOCAL and client_id == message.origin:
                 continue
-            if routed_by and _announced(durable, routed_by, client_id):
+            if routed_by and _announced(hub, routed_by, client_id, message.forward_id):
                 continue
             qos = min(orphan.qos, message.qos)
             retain = message.retain and bool(orphan.flags & RETAIN_AS_PUBLISHED)

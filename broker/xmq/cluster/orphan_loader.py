@@ -43,8 +43,10 @@ async def load_orphans(
 ) -> int:
     """Add every dead owner's persistent subscriptions to ``table.orphans``; return sessions.
 
-    Sessions of an owner whose lease is still there go to ``pending`` (keyed by owner): the
-    caller orphans them once that owner proves unreachable or its lease goes.
+    Sessions of an owner whose lease is still there go to ``pending`` (keyed by owner), unless
+    a linked node has announced them already: they wait there until a node announces them,
+    and the caller orphans them once that owner proves unreachable or its lease goes
+    (``PendingOwners``).
     """
     members = [_text(m) for m in await client.smembers(keys.members())]
     epochs: dict[str, int] = {}
@@ -69,6 +71,8 @@ async def load_orphans(
         key = (owner.node_id, owner.epoch)
         target = table.orphans
         if epochs.get(owner.node_id) == owner.epoch:  # a lease: alive, or killed just now
+            if any(sessions.get(client_id) for sessions in table.durable.values()):
+                continue  # a node linked meanwhile announced it: its routes take its messages
             if key not in pending:
                 pending[key] = PendingOrphans(addresses[owner.node_id])
             target = pending[key].index

@@ -6,8 +6,9 @@
   they are only kept; when its link drops they become ``orphans``: messages matching them are
   appended to the sessions' Redis queues until another node claims the session.
 * ``pending``: per owner run, the persistent sessions of a run that held its lease when this
-  node read them from Redis (at start, or rejoining) and is not linked yet: messages for them
-  wait for its link (``OrphanAppends.to_unlinked``); they become orphans if it proves dead.
+  node read them from Redis (at start, or rejoining) that no live node has announced since:
+  messages for them go to that run (``OrphanAppends.to_unlinked``: after its link's HELLO,
+  then DIRECT); they become orphans if it proves dead (``PendingOwners``).
 * ``moved``: sessions this node handed over (kept a few seconds, same treatment as orphans, for
   messages still on their way here; not used for a message from or to a node that has
   announced the session in ``durable``: it delivers that message itself).
@@ -37,6 +38,9 @@ class DurableSub:
     topic_filter: str
     qos: int
     flags: int
+    since: int = -1
+    """The announcing node's last forward-id number when it announced the session (-1: not
+    said, an older node): its PUBLISH frames numbered higher were routed with it there."""
 
 
 @dataclass(frozen=True, slots=True)
