@@ -69,6 +69,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.cluster.peer_link",
     "xmq.cluster.link_dispatch",
     "xmq.store.resp_connection",
+    "xmq.core.stats",
+    "xmq.core.publish_flow",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
