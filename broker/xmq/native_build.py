@@ -71,6 +71,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.store.resp_connection",
     "xmq.core.stats",
     "xmq.core.publish_flow",
+    "xmq.core.connection",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
