@@ -72,6 +72,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.stats",
     "xmq.core.publish_flow",
     "xmq.core.connection",
+    "xmq.core.broker",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
