@@ -73,6 +73,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.publish_flow",
     "xmq.core.connection",
     "xmq.core.broker",
+    "xmq.core.login_flow",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
