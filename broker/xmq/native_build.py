@@ -74,6 +74,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.connection",
     "xmq.core.broker",
     "xmq.core.login_flow",
+    "xmq.core.lease_fence",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
