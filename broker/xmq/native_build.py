@@ -69,6 +69,12 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.cluster.peer_link",
     "xmq.cluster.link_dispatch",
     "xmq.store.resp_connection",
+    "xmq.core.stats",
+    "xmq.core.publish_flow",
+    "xmq.core.connection",
+    "xmq.core.broker",
+    "xmq.core.login_flow",
+    "xmq.core.lease_fence",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

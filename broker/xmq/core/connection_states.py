@@ -15,9 +15,20 @@ one owner, explicit events, a transition the table does not list is a bug that r
 ``login_accepted``, ``login_refused``) and never sets the state itself.
 """
 
-AWAIT_CONNECT, AUTHENTICATING, CONNECTED, CLOSED, CLAIMING = range(5)
+from typing import Final
 
-CONNECT_RECEIVED, CLAIM_STARTED, LOGIN_ACCEPTED, ENDED = range(4)
+# ``Final`` literals: compiled code (the client protocol reads ``CONNECTED`` on every read)
+# inlines them instead of looking a module global up in a dict
+AWAIT_CONNECT: Final = 0
+AUTHENTICATING: Final = 1
+CONNECTED: Final = 2
+CLOSED: Final = 3
+CLAIMING: Final = 4
+
+CONNECT_RECEIVED: Final = 0
+CLAIM_STARTED: Final = 1
+LOGIN_ACCEPTED: Final = 2
+ENDED: Final = 3
 """The events: a CONNECT was negotiated, the cluster-wide claim started, the login was
 accepted (the CONNACK goes out), the connection ended (refused, disconnected, lost)."""
 
@@ -36,7 +47,7 @@ _TRANSITIONS: dict[tuple[int, int], int] = {
     (CLOSED, ENDED): CLOSED,  # a connection lost after its refusal or DISCONNECT
 }
 
-EVENTS = len(EVENT_NAMES)
+EVENTS: Final = len(EVENT_NAMES)
 NEXT_STATE: tuple[int, ...] = tuple(
     _TRANSITIONS.get((state, event), -1)
     for state in range(len(STATE_NAMES))

@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from tests.support.append_recorder import AppendRecorder
+from tests.support.sink_link import connect_client
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_dispatch import decode_message
 from xmq.cluster.link_frames import FrameDecoder, Kind
 from xmq.cluster.peer_link import PeerLink
 from xmq.cluster.route_table import DurableSub
+from xmq.codec.packets import Subscribe, SubscriptionRequest
 from xmq.contract.message_record import decode_record, encode_record
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
+from xmq.core.session import Delivery, Session
 from xmq.core.settings import CoreSettings
 
 
@@ -61,21 +62,37 @@ async def test_the_receiver_keeps_the_sender_s_id_and_relays_it() -> None:
     assert decode_message(receiver, old)[0].forward_id == ""
 
 
-async def test_records_of_a_received_publish_take_its_id(monkeypatch: pytest.MonkeyPatch) -> None:
+class ContextRecorder:
+    """A durable store keeping the context the core gives each record (``record``)."""
+
+    def __init__(self) -> None:
+        self.contexts: list[DurableContext] = []
+
+    def record(
+        self, session: Session, delivery: Delivery, now: float, context: DurableContext
+    ) -> bool:
+        self.contexts.append(context)
+        return True
+
+
+async def test_records_of_a_received_publish_take_its_id() -> None:
+    """Seen by the record of a local persistent subscriber (the compiled link calls the
+    compiled broker directly: a patched ``publish_from_peer`` would not be called)."""
     sender, _ = _hub()
     receiver, _ = _hub("node-2", 5)
     link = _linked(receiver, "node-1", 3)
-    during: list[DurableContext] = []
-
-    def publish_from_peer(message: Message, context: DurableContext) -> int:
-        during.append(context)
-        return 0
-
-    monkeypatch.setattr(receiver.broker, "publish_from_peer", publish_from_peer)
+    conn, _ = await connect_client(receiver.broker, "sub")
+    conn.handle(Subscribe(1, [SubscriptionRequest("t", 2)]))
+    session = conn.session
+    assert session is not None
+    recorder = ContextRecorder()
+    session.store = recorder  # type: ignore[assignment]
     record = sender.encode(_message(b"1"), 2, False)
     receiver.handle_frame(link, Kind.PUBLISH, frames.publish(record)[5:])
     # nothing held (the PUBLISH_ACK waits for the records), the sender's id
-    assert [(context.hold, context.forward_id) for context in during] == [(None, "node-1/3/f1")]
+    assert [(context.hold, context.forward_id) for context in recorder.contexts] == [
+        (None, "node-1/3/f1")
+    ]
     for _ in range(5):
         await asyncio.sleep(0)  # its PUBLISH_ACK confirmation finishes
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
-
 from tests.support.sink_link import SinkLink
 from xmq.codec.packets import MQTT_5, Puback, Pubrec
+from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
+from xmq.core.broker import Broker
+from xmq.core.connection import ClientConnection
 from xmq.core.held_acks import AckGate
 from xmq.core.session import QueueLimits, Session
+from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
-
-if TYPE_CHECKING:
-    from xmq.core.connection import ClientConnection
 
 
 def _session() -> Session:
@@ -21,17 +20,24 @@ def _session() -> Session:
 
 
 class FakeConn:
+    """A real connection over a sink link (the compiled gate takes no stand-in), not logged
+    in: the gate only writes to its link, closes it, reads its version and its session."""
+
     def __init__(self, version: int = MQTT_5) -> None:
-        self.version = version
         self.link = SinkLink()
         self.session = _session()
+        self.conn = ClientConnection(
+            Broker(CoreSettings()), self.link, AnonymousAuthenticator(), AllowAll()
+        )
+        self.conn.version = version
+        self.conn.session = self.session
 
 
 def _conn(fake: FakeConn) -> ClientConnection:
-    return cast("ClientConnection", fake)
+    return fake.conn
 
 
-def test_a_failed_record_gives_mqtt_5_an_error_reason_not_success() -> None:
+async def test_a_failed_record_gives_mqtt_5_an_error_reason_not_success() -> None:
     gate = AckGate(10)
     fake = FakeConn()
     held = gate.begin(_conn(fake), "pub", 1, 3)
@@ -43,7 +49,7 @@ def test_a_failed_record_gives_mqtt_5_an_error_reason_not_success() -> None:
     assert gate.failed == 1 and gate.held == 0
 
 
-def test_a_failed_record_of_a_released_hold_still_fails_the_ack() -> None:
+async def test_a_failed_record_of_a_released_hold_still_fails_the_ack() -> None:
     gate = AckGate(10)
     fake = FakeConn()
     held = gate.begin(_conn(fake), "pub", 1, 3)
@@ -56,7 +62,7 @@ def test_a_failed_record_of_a_released_hold_still_fails_the_ack() -> None:
     assert fake.link.packets() == [Puback(3, 0x80)]
 
 
-def test_mqtt_311_gets_no_ack_its_connection_is_closed() -> None:
+async def test_mqtt_311_gets_no_ack_its_connection_is_closed() -> None:
     gate = AckGate(10)
     fake = FakeConn(version=4)
     held = gate.begin(_conn(fake), "pub", 1, 3)
@@ -65,7 +71,7 @@ def test_mqtt_311_gets_no_ack_its_connection_is_closed() -> None:
     assert fake.link.closed
 
 
-def test_a_failed_pubrec_frees_the_packet_id() -> None:
+async def test_a_failed_pubrec_frees_the_packet_id() -> None:
     gate = AckGate(10)
     fake = FakeConn()
     held = gate.begin(_conn(fake), "pub", 2, 5)
@@ -75,7 +81,7 @@ def test_a_failed_pubrec_frees_the_packet_id() -> None:
     assert not gate.resent(_conn(fake), "pub", 5)
 
 
-def test_a_failed_pubcomp_closes_the_connection() -> None:
+async def test_a_failed_pubcomp_closes_the_connection() -> None:
     gate = AckGate(10)
     fake = FakeConn()
     held = gate.complete(_conn(fake), "pub", 5)
@@ -84,7 +90,7 @@ def test_a_failed_pubcomp_closes_the_connection() -> None:
     assert fake.link.closed
 
 
-def test_the_routing_s_reason_does_not_override_a_failed_record() -> None:
+async def test_the_routing_s_reason_does_not_override_a_failed_record() -> None:
     gate = AckGate(10)
     fake = FakeConn()
     held = gate.begin(_conn(fake), "pub", 1, 3)
@@ -94,7 +100,7 @@ def test_the_routing_s_reason_does_not_override_a_failed_record() -> None:
     assert fake.link.packets() == [Puback(3, 0x80)]
 
 
-def test_the_routing_s_reason_goes_in_the_ack() -> None:
+async def test_the_routing_s_reason_goes_in_the_ack() -> None:
     gate = AckGate(10)
     fake = FakeConn()
     held = gate.begin(_conn(fake), "pub", 1, 3)

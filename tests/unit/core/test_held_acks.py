@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from tests.support.sink_link import SinkLink, connect_client
 from xmq.codec.packets import (
@@ -16,16 +16,15 @@ from xmq.codec.packets import (
     SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
+from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, DurableHold
+from xmq.core.connection import ClientConnection
 from xmq.core.fanout_slices import RECORDS_AHEAD, SLICE
 from xmq.core.held_acks import AckGate
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session
 from xmq.core.settings import CoreSettings
-
-if TYPE_CHECKING:
-    from xmq.core.connection import ClientConnection
 
 
 class CountingLink(SinkLink):
@@ -43,20 +42,26 @@ class CountingLink(SinkLink):
 
 
 class FakeConn:
+    """A real connection over a counting link (the compiled gate takes no stand-in), not
+    logged in: the gate only writes to its link, reads its version and its session."""
+
     def __init__(self, version: int = MQTT_5) -> None:
-        self.version = version
         self.link = CountingLink()
+        self.conn = ClientConnection(
+            Broker(CoreSettings()), self.link, AnonymousAuthenticator(), AllowAll()
+        )
+        self.conn.version = version
 
 
 def _conn(fake: FakeConn) -> ClientConnection:
-    return cast("ClientConnection", fake)
+    return fake.conn
 
 
 def _paused(fake: FakeConn) -> bool:
     return fake.link.paused
 
 
-def test_the_ack_goes_out_when_the_last_hold_is_released() -> None:
+async def test_the_ack_goes_out_when_the_last_hold_is_released() -> None:
     gate = AckGate(10)
     fake = FakeConn()
     held = gate.begin(_conn(fake), "pub", 1, 7)
@@ -74,7 +79,7 @@ def test_the_ack_goes_out_when_the_last_hold_is_released() -> None:
     assert gate.waiting(_conn(fake)) == 0
 
 
-def test_a_reason_code_only_for_mqtt_5() -> None:
+async def test_a_reason_code_only_for_mqtt_5() -> None:
     gate = AckGate(10)
     v5, v4 = FakeConn(), FakeConn(version=4)
     for fake in (v5, v4):
@@ -84,7 +89,7 @@ def test_a_reason_code_only_for_mqtt_5() -> None:
     assert bytes(v4.link.out) == b"\x40\x02\x00\x03"
 
 
-def test_a_qos2_publish_resent_on_a_new_connection_gets_the_held_pubrec_there() -> None:
+async def test_a_qos2_publish_resent_on_a_new_connection_gets_the_held_pubrec_there() -> None:
     gate = AckGate(10)
     old, new = FakeConn(), FakeConn()
     held = gate.begin(_conn(old), "pub", 2, 9)
@@ -98,7 +103,7 @@ def test_a_qos2_publish_resent_on_a_new_connection_gets_the_held_pubrec_there() 
     assert not gate.resent(_conn(new), "pub", 9)  # released: a new PUBREC is sent at once
 
 
-def test_a_client_with_receive_maximum_held_acks_is_not_read_until_one_goes() -> None:
+async def test_a_client_with_receive_maximum_held_acks_is_not_read_until_one_goes() -> None:
     gate = AckGate(2)
     fake = FakeConn()
     first = gate.begin(_conn(fake), "pub", 1, 1)
@@ -232,7 +237,7 @@ async def test_nothing_durable_acks_at_once_and_standalone_never_holds() -> None
     assert len(alone_link.packets()) == 1
 
 
-def test_a_message_dropped_everywhere_for_a_quota_is_quota_exceeded() -> None:
+async def test_a_message_dropped_everywhere_for_a_quota_is_quota_exceeded() -> None:
     """Routing counted two deliveries: one dropped for a quota here, the other (a frame to
     another node) reported dropped there: PUBREC 0x97, and the exchange ends (its id is
     forgotten); with one delivered somewhere it is a success."""
@@ -242,7 +247,7 @@ def test_a_message_dropped_everywhere_for_a_quota_is_quota_exceeded() -> None:
     publisher = Session("pub", settings.queues, Broker(settings).stats)  # the publishing session
     ids = publisher.inbound_for_update()
     ids.update({5, 6})
-    fake.session = publisher  # type: ignore[attr-defined]
+    fake.conn.session = publisher
     held = gate.begin(_conn(fake), "pub", 2, 5)
     held.hold()  # the frame to the other node
     held.routed(1, True)  # routing is over: it counted one delivery, one dropped for a quota
