@@ -463,8 +463,10 @@ class ClusterHub:
     def handle_frame(self, link: PeerLink, kind: int, body: bytes) -> None:
         link_dispatch.handle_frame(self, link, kind, body)
 
-    async def request_takeover(self, owner: tuple[str, int], client_id: str) -> bool:
-        return await self.takeovers.request(owner, client_id)
+    async def request_takeover(
+        self, owner: tuple[str, int], client_id: str, ends_session: bool = False
+    ) -> bool:
+        return await self.takeovers.request(owner, client_id, ends_session)
 
     # -- offline ----------------------------------------------------------------------------
 

@@ -154,7 +154,8 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
     elif kind == Kind.TAKEOVER:
         request, client_id = reader.u32(), reader.text()
         reader.u64()  # the epoch the requester expects (it repeats its claim anyway)
-        hub.spawn(hub.takeovers.hand_over(link, request, client_id))
+        ends_session = reader.rest()[:1] == b"\x01"  # a node of the version before sends none
+        hub.spawn(hub.takeovers.hand_over(link, request, client_id, ends_session))
     elif kind == Kind.TAKEOVER_DONE:
         request, ok = reader.u32(), bool(reader.u8())
         hub.takeovers.done(request, ok)

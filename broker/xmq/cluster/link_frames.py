@@ -165,8 +165,13 @@ def direct(client_id: str, record: bytes) -> bytes:
     return frame(Kind.DIRECT, _str(client_id), record)
 
 
-def takeover(request: int, client_id: str, epoch: int) -> bytes:
-    return frame(Kind.TAKEOVER, _U32.pack(request), _str(client_id), _U64.pack(epoch))
+def takeover(request: int, client_id: str, epoch: int, ends_session: bool = False) -> bytes:
+    """``ends_session``: the new connection starts clean, so the session ends with the
+    hand-over and a delayed will still pending goes out (a trailing byte: a node of the version
+    before reads no further than the epoch)."""
+    return frame(
+        Kind.TAKEOVER, _U32.pack(request), _str(client_id), _U64.pack(epoch), bytes((ends_session,))
+    )
 
 
 def takeover_done(request: int, ok: bool) -> bytes:

@@ -44,7 +44,9 @@ class Takeovers:
         self._requests = itertools.count(1)
         self._futures: dict[int, asyncio.Future[bool]] = {}
 
-    async def request(self, owner: tuple[str, int], client_id: str) -> bool:
+    async def request(
+        self, owner: tuple[str, int], client_id: str, ends_session: bool = False
+    ) -> bool:
         hub = self.hub
         link = hub.links.get(owner[0])
         if link is None or link.closed or link.peer_epoch != owner[1]:
@@ -53,7 +55,7 @@ class Takeovers:
         self.counts["requested"] += 1
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._futures[request] = future
-        link.send(frames.takeover(request, client_id, owner[1]))
+        link.send(frames.takeover(request, client_id, owner[1], ends_session))
         try:
             async with asyncio.timeout(max(1.0, min(hub.identity.lease_ttl_s, 3.0))):
                 return await future
@@ -69,8 +71,11 @@ class Takeovers:
         if future is not None and not future.done():
             future.set_result(ok)
 
-    async def hand_over(self, link: PeerLink, request: int, client_id: str) -> None:
-        """TAKEOVER arrived: close the client, forget the session, flush, answer."""
+    async def hand_over(
+        self, link: PeerLink, request: int, client_id: str, ends_session: bool = False
+    ) -> None:
+        """TAKEOVER arrived: close the client, forget the session, flush, answer.
+        ``ends_session``: the new connection starts clean (its pending delayed will goes)."""
         hub = self.hub
         broker = hub.broker
         store = hub.store
@@ -87,7 +92,7 @@ class Takeovers:
         if session is not None:
             durable = session.store is not None
             subs = [s for s in session.subscriptions.values() if s.share_group is None]
-            broker.hand_over(client_id)
+            broker.hand_over(client_id, ends_session)
             if durable and store is not None and subs:
                 owner = (hub.identity.node_id, hub.identity.epoch)
                 moved = hub.table.moved

@@ -285,10 +285,14 @@ class Broker(AuthEvents):
         if will is not None:
             self.publish_will(will)
 
-    def hand_over(self, client_id: str) -> Session | None:
+    def hand_over(self, client_id: str, ends_session: bool = False) -> Session | None:
         """Another node takes this session over: close its client (0x8E), forget it here.
 
-        Its stored copy (persistent sessions) stays in Redis for the new owner.
+        Its stored copy (persistent sessions) stays in Redis for the new owner. With
+        ``ends_session`` (the new connection starts clean) the session ends: a delayed will
+        still pending is published, as ``end_session`` does (MQTT 5 §3.1.3.2.2: the will goes when
+        the delay has passed or the session ends, whichever is first); a session resumed
+        elsewhere in time cancels it.
         """
         session = self.sessions.get(client_id)
         if session is None:
@@ -298,6 +302,7 @@ class Broker(AuthEvents):
         session = self.sessions.get(client_id)
         if session is None:
             return None
+        will = session.will if ends_session else None
         self._cancel_timers(session)
         durable = session.store is not None
         session.store = None  # it moves, it does not unsubscribe: no durable deltas
@@ -310,6 +315,8 @@ class Broker(AuthEvents):
         self.set_expiry(session, 0)
         if self.cluster is not None:
             self.cluster.session_gone(session, durable)
+        if will is not None:
+            self.publish_will(will)
         return session
 
     def publish_will(self, will: Will) -> None:

@@ -99,7 +99,7 @@ async def claim_cluster_wide(
         cluster = broker.cluster
         handed_over = False
         if cluster is not None and rounds < _MAX_ROUNDS:
-            handed_over = await cluster.request_takeover(result.owner, client_id)
+            handed_over = await cluster.request_takeover(result.owner, client_id, terms.clean_start)
         if handed_over:
             expected = result.owner
             continue

@@ -307,8 +307,12 @@ class ClusterRouter(Protocol):
         its new owner announces them, so nothing published in between is lost.
         """
 
-    async def request_takeover(self, owner: tuple[str, int], client_id: str) -> bool:
-        """Ask a live owner to close the client (0x8E) and hand the session over."""
+    async def request_takeover(
+        self, owner: tuple[str, int], client_id: str, ends_session: bool = False
+    ) -> bool:
+        """Ask a live owner to close the client (0x8E) and hand the session over;
+        ``ends_session``: the new connection starts clean, so the session ends there (its
+        delayed will, if one is pending, is published, as when a session ends on one node)."""
         ...
 
 

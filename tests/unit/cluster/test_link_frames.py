@@ -55,3 +55,19 @@ def test_truncated_body_is_refused() -> None:
     reader = BodyReader(b"\x00\x05ab")
     with pytest.raises(FrameError):
         reader.text()
+
+
+def test_a_takeover_says_whether_the_session_ends_and_reads_as_before_without_it() -> None:
+    for ends in (False, True):
+        body = frames.takeover(9, "client", 7, ends)[5:]
+        reader = BodyReader(body)
+        assert (reader.u32(), reader.text(), reader.u64(), reader.rest()) == (
+            9,
+            "client",
+            7,
+            bytes((ends,)),
+        )
+    # a node of the version before stops after the epoch: its frame is a resume
+    old = frames.takeover(9, "client", 7)[5:-1]
+    reader = BodyReader(old)
+    assert (reader.u32(), reader.text(), reader.u64(), reader.rest()) == (9, "client", 7, b"")

@@ -137,3 +137,19 @@ async def test_a_session_that_never_expires_sends_its_will_and_leaves_the_wheel(
     _run_until(loop, loop.now + 2 + LATE)
     assert _wills(watcher) == [b"n"]
     assert "n" in broker.sessions and broker.expiries.count == 0
+
+
+async def test_a_session_handed_over_to_a_clean_start_elsewhere_sends_its_pending_will() -> None:
+    """Another node takes the session over (TAKEOVER): resumed there, the pending delayed
+    will is cancelled; started clean there, the session ends here and its will goes now."""
+    broker = Broker(CoreSettings())
+    loop = _virtual(broker)
+    watcher = await _watcher(broker)
+    await _parked(broker, "resumed", 60, 30)
+    await _parked(broker, "restarted", 60, 30)
+    broker.hand_over("resumed")
+    broker.hand_over("restarted", ends_session=True)
+    assert _wills(watcher) == [b"restarted"]
+    assert list(broker.sessions) == ["watcher"] and broker.expiries.count == 0
+    _run_until(loop, loop.now + 60 + LATE)
+    assert _wills(watcher) == []  # the resumed one's never goes
