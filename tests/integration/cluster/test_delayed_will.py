@@ -29,6 +29,7 @@ def _client(port: int, client_id: str, topic: str, clean: bool = True) -> PahoCl
     return client
 
 
+@pytest.mark.spec("5:MQTT-3.1.3-9")
 def test_a_delayed_will_goes_after_its_delay_unless_resumed_on_another_node(
     three_nodes: ClusterNodes, uid: str
 ) -> None:
