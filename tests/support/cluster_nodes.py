@@ -26,6 +26,18 @@ def clear_dead_lease(redis_server: RedisServer, cluster: str, node_id: str) -> N
         client.close()
 
 
+def wait_for_lease(redis_server: RedisServer, cluster: str, node_id: str) -> None:
+    """Wait (10 s at most) until the node has its lease: it has joined the cluster."""
+    client = redis_server.client()
+    try:
+        deadline = time.monotonic() + 10
+        while not client.exists(ClusterKeys(cluster).lease(node_id)):
+            assert time.monotonic() < deadline, f"{node_id} holds no lease"
+            time.sleep(0.05)
+    finally:
+        client.close()
+
+
 def node_yaml(
     redis_url: str,
     cluster: str,

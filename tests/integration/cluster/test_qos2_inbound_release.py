@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster_nodes import LEASE_TTL_S, clear_dead_lease, node_yaml
+from tests.support.cluster_nodes import LEASE_TTL_S, clear_dead_lease, node_yaml, wait_for_lease
 from tests.support.raw_client import RawClient
 from tests.support.redis_gate import RedisGate
 from tests.support.redis_server import RedisServer
@@ -34,7 +34,6 @@ from xmq.codec.packets import (
     SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
-from xmq.contract import ClusterKeys
 from xmq.contract.session_scripts import RELEASE_INBOUND_ID
 from xmq.store.redis_batcher import script_sha
 
@@ -90,14 +89,7 @@ class Setup:
             node_yaml(url, self.cluster, LEASE_TTL_S, 0), env={"XMQ_NODE_ID": node_id}
         )
         self.nodes.append(process)
-        client = self.redis.client()
-        try:
-            deadline = time.monotonic() + 10
-            while not client.exists(ClusterKeys(self.cluster).lease(node_id)):
-                assert time.monotonic() < deadline, f"{node_id} holds no lease"
-                time.sleep(0.05)
-        finally:
-            client.close()
+        wait_for_lease(self.redis, self.cluster, node_id)
         return process
 
     def client(self, port: int) -> RawClient:

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster_nodes import LEASE_TTL_S, clear_dead_lease, node_yaml
+from tests.support.cluster_nodes import LEASE_TTL_S, clear_dead_lease, node_yaml, wait_for_lease
 from tests.support.paho_client import PahoClient
 from tests.support.raw_client import RawClient
 from tests.support.redis_gate import RedisGate
@@ -36,7 +36,6 @@ from xmq.codec.packets import (
     SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
-from xmq.contract import ClusterKeys
 
 _HSET_INFLIGHT = rb"\$4\r\nHSET\r\n\$\d+\r\n[^\r]*session:inflight:[^\r]*\r\n\$\d+\r\n[^\r]*\r\n"
 STORED_ID = _HSET_INFLIGHT + rb"\$\d+\r\n\d+\r\n"  # a QoS 2 PUBLISH's packet id
@@ -128,14 +127,7 @@ class Setup:
         yaml = node_yaml(url, self.cluster, LEASE_TTL_S, 0)
         process = BrokerProcess(yaml, env={"XMQ_NODE_ID": node_id})
         self.nodes.append(process)
-        client = self.redis.client()
-        try:
-            deadline = time.monotonic() + 10
-            while not client.exists(ClusterKeys(self.cluster).lease(node_id)):
-                assert time.monotonic() < deadline, f"{node_id} holds no lease"
-                time.sleep(0.05)
-        finally:
-            client.close()
+        wait_for_lease(self.redis, self.cluster, node_id)
         return process
 
     def subscribe_on_node_1(self) -> None:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.support.broker_process import BrokerProcess
-from tests.support.cluster_nodes import LEASE_TTL_S, node_yaml
+from tests.support.cluster_nodes import LEASE_TTL_S, node_yaml, wait_for_lease
 from tests.support.raw_client import RawClient
 from tests.support.redis_server import RedisServer
 from xmq.codec.packets import (
@@ -33,7 +33,6 @@ from xmq.codec.packets import (
     SubscriptionRequest,
 )
 from xmq.codec.properties import Properties
-from xmq.contract import ClusterKeys
 
 pytestmark = pytest.mark.integration
 
@@ -86,14 +85,7 @@ class Setup:
         process = BrokerProcess(
             node_yaml(self.redis.url, self.cluster, LEASE_TTL_S, 0), env={"XMQ_NODE_ID": node_id}
         )
-        client = self.redis.client()
-        try:
-            deadline = time.monotonic() + 10
-            while not client.exists(ClusterKeys(self.cluster).lease(node_id)):
-                assert time.monotonic() < deadline, f"{node_id} holds no lease"
-                time.sleep(0.05)
-        finally:
-            client.close()
+        wait_for_lease(self.redis, self.cluster, node_id)
         return process
 
     def publisher(self, node: int, clean_start: bool) -> RawClient:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+from tests.support.recording_transport import RecordingTransport
 from tests.support.virtual_loop import VirtualLoop
 from xmq.codec.packets import MQTT_5, Connect, Disconnect, Packet, Pingresp, Puback, Publish
 from xmq.codec.reader import PacketReader
@@ -27,34 +28,7 @@ _PER_TURN = READ_SLICE_DELIVERIES // PACKET_WORK + 1
 """Packets handled in one turn when they route nothing (513)."""
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.out = bytearray()
-        self.paused = False
-
-    def write(self, data: bytes) -> None:
-        self.out += data
-
-    def pause_reading(self) -> None:
-        self.paused = True
-
-    def resume_reading(self) -> None:
-        self.paused = False
-
-    def is_closing(self) -> bool:
-        return False
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def get_extra_info(self, name: str) -> object:
-        return ("127.0.0.1", 1) if name == "peername" else None
-
-
-def _setup(sessions: int = 0) -> tuple[Broker, VirtualLoop, MqttClientProtocol, _Transport]:
+def _setup(sessions: int = 0) -> tuple[Broker, VirtualLoop, MqttClientProtocol, RecordingTransport]:
     loop = VirtualLoop()
     broker = Broker(CoreSettings())
     broker._loop = cast(asyncio.AbstractEventLoop, loop)
@@ -64,16 +38,16 @@ def _setup(sessions: int = 0) -> tuple[Broker, VirtualLoop, MqttClientProtocol, 
         broker.subscribe(session, Subscription(session, "bcast/#", 1))
     scheduler = FlushScheduler(cast(asyncio.AbstractEventLoop, loop))
     protocol = MqttClientProtocol(broker, AnonymousAuthenticator(), AllowAll(), scheduler, 1 << 20)
-    transport = _Transport()
+    transport = RecordingTransport()
     protocol.connection_made(cast(asyncio.Transport, transport))
     protocol.data_received(encode(Connect(client_id="flood"), MQTT_5))
     loop.run_turn()
-    transport.out.clear()  # the CONNACK
+    transport.sent.clear()  # the CONNACK
     return broker, loop, protocol, transport
 
 
-def _paused(transport: _Transport) -> bool:
-    return transport.paused  # (a call: mypy would narrow the attribute across the turns)
+def _paused(transport: RecordingTransport) -> bool:
+    return not transport.reading  # (a call: mypy would narrow the attribute across the turns)
 
 
 def _publish(topic: str, n: int) -> bytes:
@@ -81,11 +55,11 @@ def _publish(topic: str, n: int) -> bytes:
     return encode(Publish(topic=topic, payload=b"%05d" % n, qos=1, packet_id=10_000 + n), MQTT_5)
 
 
-def _answers(transport: _Transport) -> list[Packet]:
-    return PacketReader(protocol_version=MQTT_5).feed(bytes(transport.out))
+def _answers(transport: RecordingTransport) -> list[Packet]:
+    return PacketReader(protocol_version=MQTT_5).feed(bytes(transport.sent))
 
 
-def _acked(transport: _Transport) -> list[int]:
+def _acked(transport: RecordingTransport) -> list[int]:
     return [p.packet_id - 10_000 for p in _answers(transport) if isinstance(p, Puback)]
 
 
