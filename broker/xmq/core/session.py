@@ -44,7 +44,7 @@ from xmq.protocol.packet_ids import PacketIdAllocator
 if TYPE_CHECKING:
     from xmq.core.cluster_ports import DurableHold, DurableStore
     from xmq.core.inbound_ids import InboundMessageIds
-    from xmq.core.ports import SessionClient
+    from xmq.core.session_client import SessionClient
     from xmq.core.stats import BrokerStats
 
 _NO_IDS: tuple[int, ...] = ()
