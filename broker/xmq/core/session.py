@@ -401,13 +401,14 @@ class Session:
     def on_puback(self, packet_id: int, now: float) -> int:
         """PUBACK received: the state machine's action (``protocol.outbound_qos``), carried
         out here when it is ``COMPLETE``; ``VIOLATION`` is for the caller to close on."""
-        delivery = self.inflight.pop(packet_id, None)
-        if delivery is None:
+        inflight = self.inflight
+        delivery = inflight.get(packet_id)  # (compiled, ``get`` and ``del`` are C calls;
+        if delivery is None:  # ``pop(packet_id, None)`` was a Python method call)
             return NOTHING  # a late duplicate
         action = delivery.on_puback()
         if action != COMPLETE:
-            self.inflight[packet_id] = delivery  # a violation: still in flight
-            return action
+            return action  # a violation: still in flight
+        del inflight[packet_id]
         # ``_completed``, inlined: the hot path's acknowledgement
         if self.store is not None:
             self.store.acknowledged(self, delivery)

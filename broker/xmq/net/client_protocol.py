@@ -60,18 +60,22 @@ _NO_PACKETS: list[Packet] = []
 class FlushScheduler:
     """Writes every connection's pending output once per event-loop tick."""
 
-    __slots__ = ("_armed", "_dirty", "_loop")
+    __slots__ = ("_armed", "_call_soon", "_dirty", "_flush_now", "_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._dirty: list[MqttClientProtocol] = []
         self._armed = False
+        # bound once: compiled, ``self._loop.call_soon(self._flush)`` looked the method up and
+        # made a bound ``_flush`` each time it armed (once a loop turn with output)
+        self._call_soon = loop.call_soon
+        self._flush_now: Callable[[], None] = self._flush
 
     def mark(self, link: MqttClientProtocol) -> None:
         self._dirty.append(link)
         if not self._armed:
             self._armed = True
-            self._loop.call_soon(self._flush)
+            self._call_soon(self._flush_now)
 
     def _flush(self) -> None:
         self._armed = False
