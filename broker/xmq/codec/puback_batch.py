@@ -9,8 +9,11 @@ the full ``PacketReader``.
 
 from __future__ import annotations
 
-_PUBACK_FIRST = 0x40
-_PLAIN_LENGTH = 0x02
+from typing import Final
+
+_PUBACK_FIRST: Final = 0x40
+_PLAIN_LENGTH: Final = 0x02
+"""``Final``: compiled, literals in the code, not two lookups in the module's dict a read."""
 
 
 def plain_puback_ids(data: bytes) -> list[int] | None:

@@ -437,15 +437,10 @@ class Broker(AuthEvents):
                 self.retained.set(topic, message)
             else:
                 self.retained.delete(topic)
-        forward_id = context.forward_id
         # routed here before (a re-sent PUBLISH routed again: rare): only to the deliveries
-        # that ignore a second copy (core.routed_inbound_ids)
-        again = (
-            message.qos == 2
-            and bool(forward_id)
-            and is_inbound_message_id(forward_id)
-            and not self.routed_inbound.first_time(forward_id)
-        )
+        # that ignore a second copy (core.routed_inbound_ids); the context's id is read for
+        # QoS 2 only (an attribute of an interpreted class: a generic lookup)
+        again = message.qos == 2 and self._routed_before(context.forward_id)
         plan = self.plans.entries.get(topic)
         now = self.now() if message.expires_at is not None else 0.0
         if plan is None:
@@ -459,6 +454,14 @@ class Broker(AuthEvents):
             return self.fanouts.add(message, plan, now, context, recorded_only=again)
         self.stats.deliveries_routed += len(plan)
         return deliver_planned(plan, message, now, context)
+
+    def _routed_before(self, forward_id: str) -> bool:
+        """A QoS 2 message with this forwarded id was routed here already."""
+        return (
+            bool(forward_id)
+            and is_inbound_message_id(forward_id)
+            and not self.routed_inbound.first_time(forward_id)
+        )
 
     def publish_shared_from_peer(
         self,

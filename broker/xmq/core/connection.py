@@ -54,6 +54,7 @@ from xmq.core.ports import ClientLink
 from xmq.core.publish_flow import on_puback, on_pubcomp, on_publish, on_pubrec, on_pubrel
 from xmq.core.retained_feed import RetainedFeed
 from xmq.core.session import Session
+from xmq.core.session_client import SessionClient
 from xmq.core.subscribe_flow import handle_subscribe, handle_unsubscribe
 from xmq.protocol.connect_terms import ConnectTerms
 from xmq.protocol.outbound_qos import VIOLATION
@@ -78,8 +79,10 @@ MAX_PENDING_BEFORE_CONNACK = 65_536
 _ALLOW_ALL = AllowAll()
 
 
-class ClientConnection:
-    """The per-connection MQTT state machine (one per network connection)."""
+class ClientConnection(SessionClient):
+    """The per-connection MQTT state machine (one per network connection); the session's
+    client (``core.session_client``: ``link``, ``version`` and ``send_window`` are its
+    fields)."""
 
     __slots__ = (
         "acl",
@@ -91,18 +94,15 @@ class ClientConnection:
         "held_packets",
         "in_aliases",
         "last_seen",
-        "link",
         "max_packet_size",
         "out_aliases",
         "problem_info",
         "retained_feed",
-        "send_window",
         "session",
         "state",
         "terms",
         "fanning_out",
         "username",
-        "version",
         "wheel_slot",
         "will_on_close",
     )
@@ -419,8 +419,12 @@ class ClientConnection:
         self.link.write_publish(head, packet_id, tail)
         stats = self.broker.stats
         stats.messages_sent += 1
-        stats.sent_by_qos[qos] += 1
-        stats.sent_bytes_by_qos[qos] += len(message.payload)
+        # ``by_qos[qos] = by_qos[qos] + n``: compiled, a native int addition; the augmented
+        # ``by_qos[qos] += n`` of a list item is a generic ``PyNumber_InPlaceAdd``
+        by_qos = stats.sent_by_qos
+        by_qos[qos] = by_qos[qos] + 1
+        by_qos = stats.sent_bytes_by_qos
+        by_qos[qos] = by_qos[qos] + len(message.payload)
         return True
 
     def accepts_qos0(self) -> bool:

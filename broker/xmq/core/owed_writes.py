@@ -37,8 +37,8 @@ from xmq.protocol.outbound_qos import (
 )
 
 if TYPE_CHECKING:
-    from xmq.core.ports import SessionClient
     from xmq.core.session import Session, Subscription
+    from xmq.core.session_client import SessionClient
 
 
 def write(conn: SessionClient, delivery: Delivery, action: int, now: float) -> bool:

@@ -1,15 +1,16 @@
 """Ports between the broker core and the network adapter.
 
 The network adapter (``xmq.net``) owns sockets; the core sees one ``ClientLink`` per
-connection and never imports asyncio transports or sockets directly.
+connection and never imports asyncio transports or sockets directly. The session's side of a
+connection, ``SessionClient``, is a compiled base class in ``core.session_client`` (re-exported
+here).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from xmq.core.message import Message
+from xmq.core.session_client import SessionClient as SessionClient
 
 
 class ClientLink(Protocol):
@@ -43,33 +44,3 @@ class ClientLink(Protocol):
     def pause_reading(self) -> None: ...
 
     def resume_reading(self) -> None: ...
-
-
-class SessionClient(Protocol):
-    """A session's connected client, as the delivery side of the core sees it (implemented
-    by ``core.connection.ClientConnection``): ``core.session`` and ``core.owed_writes`` write
-    through it without importing the connection and, with it, its flows."""
-
-    link: ClientLink
-    version: int
-    """Its MQTT protocol version (3, 4 or 5)."""
-    send_window: int
-    """How many QoS 1/2 messages it may have in flight (its Receive Maximum)."""
-
-    def send_publish(
-        self,
-        message: Message,
-        qos: int,
-        retain: bool,
-        subscription_ids: tuple[int, ...],
-        packet_id: int,
-        now: float,
-        dup: bool = False,
-    ) -> bool:
-        """Write one PUBLISH (False when it exceeds the client's Maximum Packet Size)."""
-
-    def accepts_qos0(self) -> bool:
-        """Whether a QoS 0 PUBLISH would be written now (else it is dropped)."""
-
-    def take_over(self) -> None:
-        """Another connection claimed the session: close this one (0x8E)."""

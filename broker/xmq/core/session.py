@@ -44,7 +44,7 @@ from xmq.protocol.packet_ids import PacketIdAllocator
 if TYPE_CHECKING:
     from xmq.core.cluster_ports import DurableHold, DurableStore
     from xmq.core.inbound_ids import InboundMessageIds
-    from xmq.core.ports import SessionClient
+    from xmq.core.session_client import SessionClient
     from xmq.core.stats import BrokerStats
 
 _NO_IDS: tuple[int, ...] = ()
@@ -401,13 +401,14 @@ class Session:
     def on_puback(self, packet_id: int, now: float) -> int:
         """PUBACK received: the state machine's action (``protocol.outbound_qos``), carried
         out here when it is ``COMPLETE``; ``VIOLATION`` is for the caller to close on."""
-        delivery = self.inflight.pop(packet_id, None)
-        if delivery is None:
+        inflight = self.inflight
+        delivery = inflight.get(packet_id)  # (compiled, ``get`` and ``del`` are C calls;
+        if delivery is None:  # ``pop(packet_id, None)`` was a Python method call)
             return NOTHING  # a late duplicate
         action = delivery.on_puback()
         if action != COMPLETE:
-            self.inflight[packet_id] = delivery  # a violation: still in flight
-            return action
+            return action  # a violation: still in flight
+        del inflight[packet_id]
         # ``_completed``, inlined: the hot path's acknowledgement
         if self.store is not None:
             self.store.acknowledged(self, delivery)

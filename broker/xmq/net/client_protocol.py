@@ -60,18 +60,22 @@ _NO_PACKETS: list[Packet] = []
 class FlushScheduler:
     """Writes every connection's pending output once per event-loop tick."""
 
-    __slots__ = ("_armed", "_dirty", "_loop")
+    __slots__ = ("_armed", "_call_soon", "_dirty", "_flush_now", "_loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._dirty: list[MqttClientProtocol] = []
         self._armed = False
+        # bound once: compiled, ``self._loop.call_soon(self._flush)`` looked the method up and
+        # made a bound ``_flush`` each time it armed (once a loop turn with output)
+        self._call_soon = loop.call_soon
+        self._flush_now: Callable[[], None] = self._flush
 
     def mark(self, link: MqttClientProtocol) -> None:
         self._dirty.append(link)
         if not self._armed:
             self._armed = True
-            self._loop.call_soon(self._flush)
+            self._call_soon(self._flush_now)
 
     def _flush(self) -> None:
         self._armed = False
@@ -391,10 +395,13 @@ class MqttClientProtocol(asyncio.Protocol):
         out = self._out
         if not out:
             self._scheduler.mark(self)
-        out += head
+        # one append of the packet made by two concatenations of bytes (compiled, a C copy
+        # each): an append to the bytearray (``+=``) is a generic ``PyNumber_InPlaceAdd``
+        # through the buffer protocol, ~330 instructions each, three a PUBLISH before
         if packet_id:
-            out += packet_id.to_bytes(2, "big")
-        out += tail
+            out += head + packet_id.to_bytes(2, "big") + tail
+        else:
+            out += head + tail
 
     def writable(self) -> bool:
         return not self._paused_writing and len(self._out) < self._write_limit

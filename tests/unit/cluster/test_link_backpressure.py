@@ -17,11 +17,13 @@ from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_frames import BodyReader, FrameDecoder, Kind
 from xmq.cluster.peer_link import FRAMES_PER_TURN, WRITE_HIGH, PeerLink
+from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
+from xmq.core.connection import ClientConnection
 from xmq.core.fanout_slices import SLICE
 from xmq.core.message import Message
-from xmq.core.ports import SessionClient
+from xmq.core.ports import ClientLink
 from xmq.core.session import QueueLimits, Session, Subscription
 from xmq.core.settings import CoreSettings
 
@@ -154,17 +156,22 @@ class _ClientLink:
 
 
 class _Client:
-    def __init__(self) -> None:
+    """A publisher's connection over a link that only records pauses (a real
+    ``ClientConnection``: the session's client is a compiled class, ``core.session_client``)."""
+
+    def __init__(self, broker: Broker) -> None:
         self.link = _ClientLink()
+        link = cast(ClientLink, self.link)
+        self.conn = ClientConnection(broker, link, AnonymousAuthenticator(), AllowAll())
 
 
 async def test_a_congested_link_pauses_the_publishers_it_forwards_for() -> None:
     broker, _loop = _broker()
     hub, link, wire = await _linked(broker)
-    publisher, bystander = _Client(), _Client()
+    publisher, bystander = _Client(broker), _Client(broker)
     for client_id, client in (("pub", publisher), ("other", bystander)):
         session = Session(client_id, broker.settings.queues, broker.stats)
-        session.connection = cast(SessionClient, client)
+        session.connection = client.conn
         broker.sessions[client_id] = session
     message = Message("bcast/x", b"m", 1, False, None, "pub", 0.0)
     link.send_publish(b"frame", message, keep=False)
@@ -214,9 +221,9 @@ async def _turn_past_the_mark(takes: int) -> tuple[PeerLink, _Client, list[bool]
     link.connection_made(cast(asyncio.Transport, wire))
     await _settle()
     wire.link = link
-    publisher = _Client()
+    publisher = _Client(broker)
     session = Session("pub", broker.settings.queues, broker.stats)
-    session.connection = cast(SessionClient, publisher)
+    session.connection = publisher.conn
     broker.sessions["pub"] = session
     message = Message("bcast/x", b"m", 1, False, None, "pub", 0.0)
     paused_in_turn = []
