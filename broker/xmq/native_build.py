@@ -75,6 +75,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.broker",
     "xmq.core.login_flow",
     "xmq.core.lease_fence",
+    "xmq.cluster.cluster_hub",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
