@@ -76,6 +76,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.login_flow",
     "xmq.core.lease_fence",
     "xmq.cluster.cluster_hub",
+    "xmq.core.durable_context",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
