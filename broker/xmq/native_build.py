@@ -77,6 +77,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.lease_fence",
     "xmq.cluster.cluster_hub",
     "xmq.core.durable_context",
+    "xmq.cluster.route_table",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
