@@ -76,6 +76,9 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.login_flow",
     "xmq.core.lease_fence",
     "xmq.core.session_client",
+    "xmq.cluster.cluster_hub",
+    "xmq.core.durable_context",
+    "xmq.cluster.route_table",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from xmq.cluster import link_dispatch
 from xmq.cluster import link_frames as frames
@@ -96,10 +96,14 @@ class ClusterHub:
         if self.link_tls is not None:
             self._server = TlsLinkServer(lambda: PeerLink(self), self.link_tls)
             return await self._server.start(host, port)
-        self._server = await loop.create_server(
+        server = await loop.create_server(
             lambda: PeerLink(self), host=host, port=port, reuse_address=True
         )
-        bound: int = self._server.sockets[0].getsockname()[1]
+        self._server = server
+        # (uvloop's ``sockets`` is a list, typeshed's a tuple: read untyped, the compiled
+        # module checks a typed read)
+        sockets: Any = getattr(server, "sockets")  # noqa: B009
+        bound: int = sockets[0].getsockname()[1]
         return bound
 
     def connect_peers(self, peers: dict[str, str]) -> None:

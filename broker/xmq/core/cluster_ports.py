@@ -11,7 +11,11 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, Protocol
+from typing import TYPE_CHECKING, Protocol
+
+# the port names it; compiled with its readers (core.durable_context)
+from xmq.core.durable_context import NO_DURABLE_CONTEXT as NO_DURABLE_CONTEXT
+from xmq.core.durable_context import DurableContext as DurableContext
 
 if TYPE_CHECKING:
     from xmq.core.message import Message
@@ -144,37 +148,6 @@ class DurableHold(Protocol):
         that was delivered nowhere there, for ``reason`` (0x97: dropped for a quota): when
         no delivery is left, the acknowledgement carries that reason."""
 
-
-class DurableContext:
-    """Why the durable records of one routing step are written, passed with the call that
-    routes it (``Broker.publish`` -> ``Session.deliver`` -> ``DurableStore.record``): never
-    set on an object for the duration of a call. Immutable (``Final``, checked by mypy) and
-    slotted: made once per held PUBLISH or received frame, read once per record.
-
-    ``hold``: the publisher's held PUBACK / PUBREC (``max_queued_writes`` 0): every record
-    made with this context holds it until Redis has answered.
-
-    ``forward_id``: set while a message that came over a node link (PUBLISH or DIRECT) is
-    delivered here, and while a persistent session's QoS 2 PUBLISH is routed on its node:
-    its cluster-wide id (``Message.forward_id``; ``core.inbound_ids``), which a non-shared
-    record takes as its record id, with a ``session:seen`` marker written in the same call
-    (a session whose marker of it exists does not queue it again). ``''`` for any other
-    local publish, and for any other delivery of a forwarded message (a retained one on
-    subscribe, a shared one): those records get ids of their own.
-    """
-
-    __slots__ = ("forward_id", "hold")
-
-    def __init__(self, hold: DurableHold | None = None, forward_id: str = "") -> None:
-        self.hold: Final = hold
-        self.forward_id: Final = forward_id
-
-    def __repr__(self) -> str:
-        return f"DurableContext(hold={self.hold!r}, forward_id={self.forward_id!r})"
-
-
-NO_DURABLE_CONTEXT = DurableContext()
-"""Nothing waits for the records and the message did not come over a node link."""
 
 Direct = tuple["Message", int, bool, tuple[int, ...]]
 """A message for one session (DIRECT): message, delivery QoS, retain flag, subscription ids."""

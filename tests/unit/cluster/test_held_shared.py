@@ -8,6 +8,7 @@ import asyncio
 
 from tests.support.append_recorder import AppendRecorder
 from tests.support.sink_link import connect_client
+from tests.unit.cluster.test_forward_ids import ContextRecorder
 from tests.unit.cluster.test_held_forwarding import Hold, Transport
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
@@ -16,7 +17,7 @@ from xmq.cluster.peer_link import PeerLink
 from xmq.codec.packets import Connect, Subscribe, SubscriptionRequest
 from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableContext, NodeIdentity
+from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
@@ -112,28 +113,24 @@ async def test_acknowledged_by_the_member_then_the_link_dies_releases_without_a_
 
 
 async def test_a_dead_link_re_dispatches_to_a_local_member_under_the_hold() -> None:
+    """A persistent local member's record takes the hold from the context (a real member: the
+    compiled hub calls the compiled broker directly, a patched method would not be called)."""
     hub = _hub()
-    seen: list[object] = []
-
-    def publish_shared_from_peer(
-        group: str,
-        topic_filter: str,
-        message: Message,
-        on_done: object,
-        context: DurableContext,
-    ) -> bool:
-        seen.append(context.hold)
-        return True
-
     dead = _linked(hub, "node-2", 5)
     hold = Hold()
     hub.forward_shared(GROUP, FILTER, _message(b"1"), hold)
     hold.routed()
-    broker = hub.broker
-    broker.shared.add(GROUP, FILTER, object(), object())  # type: ignore[arg-type]
-    broker.publish_shared_from_peer = publish_shared_from_peer  # type: ignore[method-assign,assignment]
+    props = Properties(session_expiry_interval=60)
+    member, _ = await connect_client(
+        hub.broker, "member", Connect(client_id="member", properties=props)
+    )
+    member.handle(Subscribe(1, [SubscriptionRequest(f"$share/{GROUP}/{FILTER}", 1)]))
+    session = member.session
+    assert session is not None
+    recorder = ContextRecorder()
+    session.store = recorder  # type: ignore[assignment]
     dead.connection_lost(None)
-    assert seen == [hold]  # a persistent member's record takes it from the context
+    assert [context.hold for context in recorder.contexts] == [hold]  # the record took it
     assert hold.acked  # nothing took it here
 
 
