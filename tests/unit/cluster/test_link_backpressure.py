@@ -12,6 +12,7 @@ import asyncio
 from typing import cast
 
 from tests.support.recording_transport import RecordingTransport
+from tests.support.virtual_broker import parked_sessions
 from tests.support.virtual_loop import VirtualLoop
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
@@ -25,7 +26,6 @@ from xmq.core.fanout_slices import SLICE
 from xmq.core.message import Message
 from xmq.core.ports import ClientLink
 from xmq.core.session import QueueLimits, Session, Subscription
-from xmq.core.settings import CoreSettings
 
 WIDE = 300  # sessions per frame: under a slice, so a frame is routed whole
 
@@ -46,13 +46,7 @@ class _PausingTransport(RecordingTransport):
 
 def _broker() -> tuple[Broker, VirtualLoop]:
     queues = QueueLimits(10_000, 100_000_000, 1 << 30, 10)
-    broker = Broker(CoreSettings(queues=queues))
-    loop = VirtualLoop()
-    broker._loop = cast(asyncio.AbstractEventLoop, loop)
-    for n in range(WIDE):
-        session = Session(f"s{n}", broker.settings.queues, broker.stats, expiry_s=600)
-        broker.sessions[session.client_id] = session
-        broker.subscribe(session, Subscription(session, "bcast/#", 1))
+    broker, loop = parked_sessions(WIDE, "bcast/#", 1, queues)
     first = broker.sessions["s0"]
     broker.subscribe(first, Subscription(first, "solo", 1))
     return broker, loop

@@ -14,6 +14,7 @@ from typing import cast
 import pytest
 
 from tests.support.recording_transport import RecordingTransport
+from tests.support.virtual_broker import parked_sessions
 from tests.support.virtual_loop import VirtualLoop
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
@@ -46,13 +47,7 @@ class ContextRecorder:
 def _broker(max_messages: int = 100) -> tuple[Broker, VirtualLoop]:
     """``SESSIONS`` offline persistent sessions on ``bcast/#``; ``s0`` on ``solo`` too."""
     queues = QueueLimits(max_messages, 10_000_000, 1 << 30, 10)
-    broker = Broker(CoreSettings(queues=queues))
-    loop = VirtualLoop()
-    broker._loop = cast(asyncio.AbstractEventLoop, loop)
-    for n in range(SESSIONS):
-        session = Session(f"s{n}", broker.settings.queues, broker.stats, expiry_s=600)
-        broker.sessions[session.client_id] = session
-        broker.subscribe(session, Subscription(session, "bcast/#", 1))
+    broker, loop = parked_sessions(SESSIONS, "bcast/#", 1, queues)
     first = broker.sessions["s0"]
     broker.subscribe(first, Subscription(first, "solo", 1))
     return broker, loop

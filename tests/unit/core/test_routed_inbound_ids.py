@@ -3,17 +3,14 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import cast
-
+from tests.support.virtual_broker import parked_sessions
 from tests.support.virtual_loop import VirtualLoop
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext
 from xmq.core.fanout_slices import SLICE, Fanout
 from xmq.core.message import Message
 from xmq.core.routed_inbound_ids import MAX_AGE_S, RoutedInboundIds, is_inbound_message_id
-from xmq.core.session import QueueLimits, Session, Subscription
-from xmq.core.settings import CoreSettings
+from xmq.core.session import QueueLimits
 
 INBOUND_ID = "3f9c2a/q7.0"
 FORWARD_ID = "node-1/4/f17"
@@ -22,14 +19,7 @@ FORWARD_ID = "node-1/4/f17"
 def _virtual(sessions: int) -> tuple[Broker, VirtualLoop]:
     """A broker on the virtual loop with ``sessions`` offline sessions on ``cmd/#`` (none
     recorded: no durable store here, as clean sessions of a cluster node)."""
-    broker = Broker(CoreSettings(queues=QueueLimits(100, 10_000_000, 1 << 30, 10)))
-    loop = VirtualLoop()
-    broker._loop = cast(asyncio.AbstractEventLoop, loop)
-    for n in range(sessions):
-        session = Session(f"s{n}", broker.settings.queues, broker.stats, expiry_s=600)
-        broker.sessions[session.client_id] = session
-        broker.subscribe(session, Subscription(session, "cmd/#", 2))
-    return broker, loop
+    return parked_sessions(sessions, "cmd/#", 2, QueueLimits(100, 10_000_000, 1 << 30, 10))
 
 
 def _route(broker: Broker, loop: VirtualLoop, forward_id: str, qos: int = 2) -> None:

@@ -5,9 +5,9 @@ two of the wheel's slots after; a resumed one is not ended."""
 from __future__ import annotations
 
 import asyncio
-from typing import cast
 
 from tests.support.sink_link import connect_client
+from tests.support.virtual_broker import on_virtual_loop, run_until
 from tests.support.virtual_loop import VirtualLoop
 from xmq.codec.packets import Connect
 from xmq.codec.properties import Properties
@@ -34,15 +34,7 @@ async def _parked(broker: Broker, count: int, expiry: int, prefix: str = "c") ->
 def _virtual(broker: Broker) -> VirtualLoop:
     """The broker's timers and clock on a virtual loop (connections still run on the real
     one: their login is a task)."""
-    loop = VirtualLoop(asyncio.get_running_loop().time())
-    broker._loop = cast(asyncio.AbstractEventLoop, loop)
-    return loop
-
-
-def _run_until(loop: VirtualLoop, until: float) -> None:
-    while loop.now < until:
-        loop.advance(0.05)
-        loop.run_turn()
+    return on_virtual_loop(broker, asyncio.get_running_loop().time())
 
 
 async def test_parked_sessions_expire_at_their_interval_on_one_timer() -> None:
@@ -54,9 +46,9 @@ async def test_parked_sessions_expire_at_their_interval_on_one_timer() -> None:
     assert len(broker.sessions) == 101 and broker.persistent_sessions == 101
     # one wheel and one timer for all of them, not a TimerHandle per session
     assert broker.expiries.count == 101 and loop.pending() == 1
-    _run_until(loop, parked_at + 10 - 0.01)
+    run_until(loop, parked_at + 10 - 0.01)
     assert len(broker.sessions) == 101  # never before its interval
-    _run_until(loop, parked_at + 10 + 2 * RESOLUTION_S)
+    run_until(loop, parked_at + 10 + 2 * RESOLUTION_S)
     assert list(broker.sessions) == ["kept0"]  # the 3600 s one is still parked
     assert broker.persistent_sessions == 1 and broker.expiries.count == 1
 
@@ -65,20 +57,20 @@ async def test_a_resumed_session_leaves_the_wheel_and_is_not_ended() -> None:
     broker = Broker(CoreSettings())
     loop = _virtual(broker)
     await _parked(broker, 2, 10)
-    _run_until(loop, loop.now + 5)
+    run_until(loop, loop.now + 5)
     again, _link = await connect_client(
         broker, "c0", Connect(client_id="c0", clean_start=False, properties=_expiry(10))
     )
     assert again.session is broker.sessions["c0"] and again.session.wheel_slot == 0
     assert broker.expiries.count == 1  # c1 only
-    _run_until(loop, loop.now + 10)
+    run_until(loop, loop.now + 10)
     assert list(broker.sessions) == ["c0"]  # c1 expired, c0 is connected
     # parked again: its interval counts from this disconnect, not the first one
     again.connection_lost()
     parked_at = loop.now
-    _run_until(loop, parked_at + 9.9)
+    run_until(loop, parked_at + 9.9)
     assert "c0" in broker.sessions
-    _run_until(loop, parked_at + 10 + 2 * RESOLUTION_S)
+    run_until(loop, parked_at + 10 + 2 * RESOLUTION_S)
     assert broker.sessions == {} and broker.expiries.count == 0 and loop.pending() == 0
 
 

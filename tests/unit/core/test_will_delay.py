@@ -7,9 +7,9 @@ slots after; a client that resumes the session first cancels it; a session that 
 from __future__ import annotations
 
 import asyncio
-from typing import cast
 
 from tests.support.sink_link import SinkLink, connect_client
+from tests.support.virtual_broker import on_virtual_loop, run_until
 from tests.support.virtual_loop import VirtualLoop
 from xmq.codec.packets import Connect, Publish, Subscribe, SubscriptionRequest, Will
 from xmq.codec.properties import Properties
@@ -48,15 +48,9 @@ def _wills(link: SinkLink) -> list[bytes]:
 
 
 def _virtual(broker: Broker) -> VirtualLoop:
-    loop = VirtualLoop(asyncio.get_running_loop().time())
-    broker._loop = cast(asyncio.AbstractEventLoop, loop)
-    return loop
-
-
-def _run_until(loop: VirtualLoop, until: float) -> None:
-    while loop.now < until:
-        loop.advance(0.05)
-        loop.run_turn()
+    """The broker's timers and clock on a virtual loop (connections still run on the real
+    one: their login is a task)."""
+    return on_virtual_loop(broker, asyncio.get_running_loop().time())
 
 
 async def test_delayed_wills_go_at_their_delay_on_one_timer_then_the_sessions_expire() -> None:
@@ -68,15 +62,15 @@ async def test_delayed_wills_go_at_their_delay_on_one_timer_then_the_sessions_ex
     parked_at = loop.now
     # no TimerHandle per will: the wheel's one timer (the watcher's keep alive is on another)
     assert broker.expiries.count == 100 and loop.pending() == 1
-    _run_until(loop, parked_at + 5 - 0.01)
+    run_until(loop, parked_at + 5 - 0.01)
     assert _wills(watcher) == []  # never before the delay
-    _run_until(loop, parked_at + 5 + LATE)
+    run_until(loop, parked_at + 5 + LATE)
     assert sorted(_wills(watcher)) == sorted(b"d%d" % n for n in range(100))
     # still parked, filed again at their expiry (60 s from the disconnect, not from the will)
     assert len(broker.sessions) == 101 and broker.expiries.count == 100
-    _run_until(loop, parked_at + 60 - 0.01)
+    run_until(loop, parked_at + 60 - 0.01)
     assert len(broker.sessions) == 101
-    _run_until(loop, parked_at + 60 + LATE)
+    run_until(loop, parked_at + 60 + LATE)
     assert list(broker.sessions) == ["watcher"] and broker.expiries.count == 0
     assert _wills(watcher) == []  # each will went once
 
@@ -87,9 +81,9 @@ async def test_a_will_delay_longer_than_the_expiry_goes_when_the_session_ends() 
     watcher = await _watcher(broker)
     await _parked(broker, "long", 3, 600)
     parked_at = loop.now
-    _run_until(loop, parked_at + 3 - 0.01)
+    run_until(loop, parked_at + 3 - 0.01)
     assert _wills(watcher) == [] and "long" in broker.sessions
-    _run_until(loop, parked_at + 3 + LATE)
+    run_until(loop, parked_at + 3 + LATE)
     assert _wills(watcher) == [b"long"] and "long" not in broker.sessions
     assert broker.expiries.count == 0
 
@@ -99,17 +93,17 @@ async def test_a_resumed_session_cancels_its_delayed_will() -> None:
     loop = _virtual(broker)
     watcher = await _watcher(broker)
     await _parked(broker, "r", 60, 5)
-    _run_until(loop, loop.now + 3)
+    run_until(loop, loop.now + 3)
     again, _link = await connect_client(broker, "r", _connect("r", 60, 5, clean=False))
     session = broker.sessions["r"]
     assert again.session is session and session.wheel_slot == 0 and session.will is not None
-    _run_until(loop, loop.now + 10)
+    run_until(loop, loop.now + 10)
     assert _wills(watcher) == []  # cancelled, and the new connection's will is not due
     again.connection_lost()  # parked again: its new will is delayed from this disconnect
     parked_at = loop.now
-    _run_until(loop, parked_at + 5 - 0.01)
+    run_until(loop, parked_at + 5 - 0.01)
     assert _wills(watcher) == []
-    _run_until(loop, parked_at + 5 + LATE)
+    run_until(loop, parked_at + 5 + LATE)
     assert _wills(watcher) == [b"r"]
 
 
@@ -118,13 +112,13 @@ async def test_a_session_ended_by_a_clean_start_sends_its_pending_will_at_once()
     loop = _virtual(broker)
     watcher = await _watcher(broker)
     await _parked(broker, "t", 60, 30)
-    _run_until(loop, loop.now + 1)
+    run_until(loop, loop.now + 1)
     props = Properties()
     props.session_expiry_interval = 60
     await connect_client(broker, "t", Connect(client_id="t", clean_start=True, properties=props))
     assert _wills(watcher) == [b"t"]  # the old session ended: its will went then
     assert broker.sessions["t"].wheel_slot == 0 and broker.expiries.count == 0
-    _run_until(loop, loop.now + 40)
+    run_until(loop, loop.now + 40)
     assert _wills(watcher) == []  # not a second time
 
 
@@ -134,7 +128,7 @@ async def test_a_session_that_never_expires_sends_its_will_and_leaves_the_wheel(
     watcher = await _watcher(broker)
     await _parked(broker, "n", SESSION_NEVER_EXPIRES, 2)
     assert broker.expiries.count == 1
-    _run_until(loop, loop.now + 2 + LATE)
+    run_until(loop, loop.now + 2 + LATE)
     assert _wills(watcher) == [b"n"]
     assert "n" in broker.sessions and broker.expiries.count == 0
 
@@ -151,5 +145,5 @@ async def test_a_session_handed_over_to_a_clean_start_elsewhere_sends_its_pendin
     broker.hand_over("restarted", ends_session=True)
     assert _wills(watcher) == [b"restarted"]
     assert list(broker.sessions) == ["watcher"] and broker.expiries.count == 0
-    _run_until(loop, loop.now + 60 + LATE)
+    run_until(loop, loop.now + 60 + LATE)
     assert _wills(watcher) == []  # the resumed one's never goes
