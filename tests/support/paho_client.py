@@ -200,11 +200,13 @@ class PahoClient:
         self.client.loop_stop()
 
     def drop(self) -> None:
-        """Close the socket without DISCONNECT (network loss)."""
+        """Close the socket without DISCONNECT (network loss). The network thread stops
+        first: closed under it, paho reconnects on its own (with the same clean start), and
+        a clean start ends the session on the broker, its delayed will published at once."""
         sock = self.client.socket()
+        self.client.loop_stop()
         if sock is not None:
             sock.close()
-        self.client.loop_stop()
 
     def close(self) -> None:
         try:
