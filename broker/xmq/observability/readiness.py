@@ -73,6 +73,10 @@ class LoopLagMonitor:
     ``MAX_WINDOW_S`` seconds and ``histogram`` counts every sample. ``max_busy()`` is the part
     of those stalls the loop's thread spent on the CPU (``time.thread_time``): on a host short
     of CPU a stall can be the scheduler's, not the broker's work.
+
+    ``monotonic`` and ``thread_time`` are the clocks it reads (the real ones unless a test
+    passes virtual ones); ``start(loop)`` takes the loop to schedule on (the running one by
+    default).
     """
 
     __slots__ = (
@@ -80,24 +84,33 @@ class LoopLagMonitor:
         "_handle",
         "_loop",
         "_maxima",
+        "_monotonic",
+        "_thread_time",
         "histogram",
         "interval_s",
         "last_lag_s",
         "last_run",
     )
 
-    def __init__(self, interval_s: float = 0.01) -> None:
+    def __init__(
+        self,
+        interval_s: float = 0.01,
+        monotonic: Callable[[], float] = time.monotonic,
+        thread_time: Callable[[], float] = time.thread_time,
+    ) -> None:
         self.interval_s = interval_s
+        self._monotonic = monotonic
+        self._thread_time = thread_time
         self.last_lag_s = 0.0
-        self.last_run = time.monotonic()
+        self.last_run = monotonic()
         self.histogram = LatencyHistogram(LAG_BUCKETS)
         self._maxima = [(0, 0.0, 0.0)] * MAX_WINDOW_S  # (second, largest lag, largest busy)
-        self._cpu = time.thread_time()
+        self._cpu = thread_time()
         self._handle: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._loop = asyncio.get_running_loop() if loop is None else loop
         self._schedule()
 
     def _schedule(self) -> None:
@@ -109,9 +122,9 @@ class LoopLagMonitor:
         assert self._loop is not None
         lag = max(0.0, self._loop.time() - due)
         self.last_lag_s = lag
-        self.last_run = now = time.monotonic()
+        self.last_run = now = self._monotonic()
         self.histogram.observe(lag)
-        cpu = time.thread_time()
+        cpu = self._thread_time()
         busy = min(lag, cpu - self._cpu)
         self._cpu = cpu
         second = int(now)
@@ -130,19 +143,19 @@ class LoopLagMonitor:
 
     def lag(self) -> float:
         """The last lag measured, or how overdue the probe is if it has not run."""
-        overdue = time.monotonic() - self.last_run - self.interval_s
+        overdue = self._monotonic() - self.last_run - self.interval_s
         return max(self.last_lag_s, overdue, 0.0)
 
     def max_lag(self) -> float:
         """The largest lag of the last ``MAX_WINDOW_S`` seconds (an overdue probe included)."""
-        oldest = int(time.monotonic()) - MAX_WINDOW_S
+        oldest = int(self._monotonic()) - MAX_WINDOW_S
         recent = [lag for second, lag, _ in self._maxima if second > oldest]
         return max([self.lag(), *recent])
 
     def max_busy(self) -> float:
         """Of the stalls of the last ``MAX_WINDOW_S`` seconds, the most CPU time the loop's
         thread spent between two probes (its own work, as opposed to waiting for a CPU)."""
-        oldest = int(time.monotonic()) - MAX_WINDOW_S
+        oldest = int(self._monotonic()) - MAX_WINDOW_S
         return max([0.0, *(busy for second, _, busy in self._maxima if second > oldest)])
 
     def healthy(self, max_lag_s: float) -> bool:

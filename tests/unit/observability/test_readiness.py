@@ -4,8 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import cast
 
-from xmq.observability.readiness import CheckResult, LoopLagMonitor, ReadinessChecks
+from tests.support.virtual_loop import VirtualLoop
+from xmq.observability.readiness import (
+    MAX_WINDOW_S,
+    CheckResult,
+    LoopLagMonitor,
+    ReadinessChecks,
+)
 
 
 async def test_checks_report_each_problem() -> None:
@@ -42,60 +49,89 @@ async def test_checks_report_each_problem() -> None:
     assert "down" not in checks.names()
 
 
-async def test_loop_lag_is_measured_when_the_loop_is_blocked() -> None:
-    monitor = LoopLagMonitor(interval_s=0.05)
-    monitor.start()
+class VirtualThread:
+    """The loop's clock (a ``VirtualLoop``) and its thread's CPU clock, moved by hand: a
+    stall is ``busy`` (the loop's own work: both clocks move) or ``starved`` (waiting for a
+    CPU: only the wall clock moves)."""
+
+    def __init__(self) -> None:
+        self.loop = VirtualLoop(start=5000.0)
+        self.cpu = 0.0
+
+    def thread_time(self) -> float:
+        return self.cpu
+
+    def monitor(self, interval_s: float = 0.01) -> LoopLagMonitor:
+        monitor = LoopLagMonitor(interval_s, self.loop.time, self.thread_time)
+        monitor.start(cast(asyncio.AbstractEventLoop, self.loop))
+        return monitor
+
+    def idle(self, seconds: float, step: float = 0.01) -> None:
+        """The loop waits for I/O: every timer runs on time."""
+        until = self.loop.now + seconds
+        while self.loop.now < until - 1e-9:
+            self.loop.advance(step)
+            self.loop.run_turn()
+
+    def busy(self, seconds: float) -> None:
+        """One callback runs ``seconds`` on the CPU: no timer runs meanwhile."""
+        self.loop.advance(seconds)
+        self.cpu += seconds
+
+    def starved(self, seconds: float) -> None:
+        """The thread waits ``seconds`` for a CPU (or blocks in a system call)."""
+        self.loop.advance(seconds)
+
+
+def test_loop_lag_is_measured_when_the_loop_is_blocked() -> None:
+    thread = VirtualThread()
+    monitor = thread.monitor(interval_s=0.05)
     try:
-        await asyncio.sleep(0.12)
+        thread.idle(0.12)
         assert monitor.lag() < 0.05
         assert monitor.healthy(0.1)
-        _block_the_loop(0.3)
-        assert monitor.lag() >= 0.2  # overdue while blocked
-        await asyncio.sleep(0.01)
+        thread.busy(0.3)
+        assert monitor.lag() >= 0.2  # overdue while blocked, before the probe could run
+        assert not monitor.healthy(0.1)
+        thread.loop.run_turn()  # the probe runs late
         assert monitor.last_lag_s >= 0.2
         assert not monitor.healthy(0.1)
+        thread.idle(0.1)
+        assert monitor.healthy(0.1)  # on time again
     finally:
         monitor.stop()
+    assert thread.loop.pending() == 0
 
 
-def _block_the_loop(seconds: float) -> None:
-    """Busy work on the loop's thread, as a slow callback would do."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        pass
-
-
-async def test_the_10ms_sampler_keeps_the_longest_stall_and_a_histogram() -> None:
-    monitor = LoopLagMonitor()
-    assert monitor.interval_s == 0.01
-    monitor.start()
+def test_the_10ms_sampler_keeps_the_longest_stall_and_a_histogram() -> None:
+    assert LoopLagMonitor().interval_s == 0.01
+    thread = VirtualThread()
+    monitor = thread.monitor()
     try:
-        await asyncio.sleep(0.1)
-        _block_the_loop(0.2)
-        await asyncio.sleep(0.1)  # the probe runs again: the last lag is small again
+        thread.idle(0.1)
+        thread.busy(0.2)
+        thread.idle(0.1)  # the probe runs again: the last lag is small again
         assert monitor.last_lag_s < 0.1
         assert monitor.max_lag() >= 0.15  # but the window remembers the stall
-        assert monitor.max_busy() < 0.2 + 0.02
-        started = time.thread_time()
-        while time.thread_time() - started < 0.1:  # 0.1 s of CPU, however long that takes
-            pass
-        await asyncio.sleep(0.05)
-        assert monitor.max_busy() >= 0.09  # the loop's own work, measured in CPU time
+        assert 0.15 <= monitor.max_busy() <= 0.2 + 0.01
         histogram = monitor.histogram
         assert histogram.count >= 10
         stalls = sum(histogram.counts[histogram.bounds.index(0.1) + 1 :])
-        assert stalls >= 1
+        assert stalls == 1
+        thread.idle(MAX_WINDOW_S + 1)  # the window moves past the stall
+        assert monitor.max_lag() < 0.1
+        assert monitor.max_busy() < 0.1
     finally:
         monitor.stop()
 
 
-async def test_a_stall_spent_off_the_cpu_is_not_counted_as_busy() -> None:
-    monitor = LoopLagMonitor()
-    monitor.start()
+def test_a_stall_spent_off_the_cpu_is_not_counted_as_busy() -> None:
+    thread = VirtualThread()
+    monitor = thread.monitor()
     try:
-        await asyncio.sleep(0.05)
-        time.sleep(0.3)  # noqa: ASYNC251 - the loop blocked off the CPU, as when starved
-        await asyncio.sleep(0.05)
+        thread.idle(0.05)
+        thread.starved(0.3)
+        thread.idle(0.05)
         assert monitor.max_lag() >= 0.25
         assert monitor.max_busy() < 0.1
     finally:
