@@ -14,6 +14,10 @@ session's Redis queue while this node still owns it there; the next claim reads 
 A message may carry its publisher's held acknowledgement (``DurableHold``): it is held while
 the message waits here and passed in the ``DurableContext`` of its delivery, with the
 message's cluster-wide id, so the session's record of it holds the ack in turn.
+
+The re-check is a timer: one that fires while the node cannot prove its lease (after a pause)
+is held by the lease fence like a read, and runs once the lease is proven again (or the node
+went offline, when nothing is here any more and the messages go to Redis, fenced there).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from xmq.core.cluster_ports import Direct, DurableContext
 
 if TYPE_CHECKING:
     from xmq.core.cluster_ports import DurableHold
+    from xmq.core.lease_fence import LeaseFence
     from xmq.core.session import Session
 
 __all__ = ["Direct", "DirectHold", "LocalSessions"]
@@ -41,6 +46,9 @@ class LocalSessions(Protocol):
 
     @property
     def claiming(self) -> dict[str, int]: ...
+
+    @property
+    def fence(self) -> LeaseFence: ...
 
     def deliver_direct(self, client_id: str, direct: Direct, context: DurableContext) -> bool: ...
 
@@ -94,11 +102,18 @@ class DirectHold:
 
     def _check(self, client_id: str, deadline: float) -> None:
         broker = self._broker
-        if client_id not in broker.sessions and client_id in broker.claiming:
-            loop = asyncio.get_running_loop()
-            if loop.time() < deadline:
-                loop.call_later(POLL_S, self._check, client_id, deadline)
-                return
+        loop = asyncio.get_running_loop()
+        fence = broker.fence
+        if loop.time() > fence.deadline:  # the lease is unproven: act once it is
+            fence.hold(lambda: self._check(client_id, deadline))
+            return
+        if (
+            client_id not in broker.sessions
+            and client_id in broker.claiming
+            and loop.time() < deadline
+        ):
+            loop.call_later(POLL_S, self._check, client_id, deadline)
+            return
         for direct, hold in self._held.pop(client_id, ()):
             if client_id in broker.sessions:
                 self._deliver(client_id, direct, hold)

@@ -72,14 +72,16 @@ class Broker(AuthEvents):
         self.subscription_generation = 0  # bumped by every non-shared subscription change
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0
-        self.deadlines = DeadlineWheel(lambda: self.loop)  # keep alive, connect timeouts
+        # Reads, and the wheels' ticks, are held while this node cannot prove its lease
+        # (never without a cluster).
+        self.fence = LeaseFence()
+        # keep alive, connect timeouts
+        self.deadlines = DeadlineWheel(lambda: self.loop, fence=self.fence)
         # parked sessions' expiry and delayed wills: a wheel entry each, not a TimerHandle
         # (~700 bytes)
-        self.expiries = DeadlineWheel(lambda: self.loop, due=self._expiry_due)
+        self.expiries = DeadlineWheel(lambda: self.loop, due=self._expiry_due, fence=self.fence)
         # Cluster ports (xmq.app wires them when Redis is configured; None on a single node).
         self.identity: NodeIdentity | None = None
-        # Reads are held while this node cannot prove its lease (never without a cluster).
-        self.fence = LeaseFence()
         self.directory: SessionDirectory | None = None
         self.cluster: ClusterRouter | None = None
         self.store: DurableStore | None = None

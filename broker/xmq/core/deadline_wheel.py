@@ -16,6 +16,12 @@ A wheel made with ``due`` calls ``due(entry, now)`` instead of the entry's ``whe
 entries need only a ``wheel_slot`` (a parked ``Session``, whose expiry the broker acts on),
 so an entry costs its slot number and a set entry, not a ``TimerHandle`` (~700 bytes under
 uvloop, with its callback and arguments).
+
+A wheel made with ``fence`` (the broker's ``LeaseFence``) acts only while the node can prove
+its lease, as its reads do: a tick that finds the fence's deadline passed (after a pause, or
+with Redis unreachable) is held until a renewal proves the lease again, or the node went
+offline — a keep-alive check must not close a client, nor an expiry publish a delayed will, on
+a node whose sessions may already be another node's.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 from typing import Protocol, cast
+
+from xmq.core.lease_fence import LeaseFence
 
 log = logging.getLogger("xmq.connection")
 
@@ -49,18 +57,30 @@ class WheelEntry(Slotted, Protocol):
 class DeadlineWheel:
     """Deadlines of many connections, checked by one periodic timer."""
 
-    __slots__ = ("_clock", "_due", "_handle", "_loop", "_next", "_resolution", "_slots", "count")
+    __slots__ = (
+        "_clock",
+        "_due",
+        "_fence",
+        "_handle",
+        "_loop",
+        "_next",
+        "_resolution",
+        "_slots",
+        "count",
+    )
 
     def __init__(
         self,
         loop: Callable[[], asyncio.AbstractEventLoop],
         resolution: float = RESOLUTION_S,
         due: Callable[[Slotted, float], float | None] | None = None,
+        fence: LeaseFence | None = None,
     ) -> None:
         self._loop = loop  # resolved at the first ``add`` (the broker's running loop)
         self._clock: Callable[[], float] | None = None
         self._resolution = resolution
         self._due = due  # None: the entries' own ``wheel_due``
+        self._fence = fence  # None: always acts
         self._slots: dict[int, set[Slotted]] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._next = 0  # the first slot not yet processed
@@ -109,6 +129,12 @@ class DeadlineWheel:
         # a second timer; the next one is armed below.
         assert self._clock is not None
         now = self._clock()
+        fence = self._fence
+        if fence is not None and now > fence.deadline:
+            # the lease is unproven: nothing is acted on until it is (``_handle`` stays set,
+            # so ``add`` starts no second timer; the held tick re-arms it)
+            fence.hold(self._tick)
+            return
         current = int(now / self._resolution)
         first = self._next
         self._next = current + 1  # a connection filed from here on lands after ``current``

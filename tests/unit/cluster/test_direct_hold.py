@@ -11,6 +11,7 @@ from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.direct_hold import Direct, DirectHold
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity
+from xmq.core.lease_fence import LeaseFence
 from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
@@ -22,6 +23,8 @@ class FakeBroker:
         self.delivered: list[tuple[str, bytes]] = []
         self.contexts: list[DurableContext] = []
         self.changed = asyncio.Event()
+        self.fence = LeaseFence()
+        self.fence.watch(self.changed.set)  # a held re-check asks for a renewal
 
     def deliver_direct(self, client_id: str, direct: Direct, context: DurableContext) -> bool:
         assert client_id in self.sessions
@@ -114,6 +117,23 @@ async def test_messages_wait_for_the_claiming_connect_to_attach_the_session() ->
     assert broker.delivered == [("c1", b"1"), ("c1", b"2"), ("c1", b"3")]
     assert not_here == []
     assert len(hold) == 0
+
+
+async def test_a_re_check_past_the_lease_fence_waits_for_the_lease_to_be_proven() -> None:
+    """After a pause the held messages' re-check must not deliver or queue them before the
+    node has proven its lease (another node may own the session by then)."""
+    broker = FakeBroker()
+    broker.claiming["c1"] = 1
+    hold, not_here = _hold(broker, max_hold_s=0.0)  # the claim's wait is over at once
+    loop = asyncio.get_running_loop()
+    broker.fence.proven(loop.time() - 20.0, 10.0)  # last proven 20 s ago: unproven now
+    hold.deliver("c1", _direct(b"1"))
+    await _until(lambda: broker.fence.waiting == 1, broker.changed)
+    assert broker.delivered == [] and not_here == [] and len(hold) == 1
+    del broker.claiming["c1"]
+    broker.sessions["c1"] = object()
+    broker.fence.proven(loop.time(), 10.0)  # the renewal succeeded: the re-check runs
+    assert broker.delivered == [("c1", b"1")] and len(hold) == 0
 
 
 async def test_a_claim_that_never_attaches_sends_held_messages_to_the_store() -> None:

@@ -13,6 +13,7 @@ from xmq.core.broker import Broker
 from xmq.core.connection import ClientConnection
 from xmq.core.connection_states import CLOSED, CONNECTED
 from xmq.core.deadline_wheel import DeadlineWheel
+from xmq.core.lease_fence import LeaseFence
 from xmq.core.settings import CoreSettings
 
 
@@ -170,3 +171,46 @@ def test_a_failing_entry_does_not_stop_the_wheel() -> None:
     wheel.add(later, loop.time() + 0.1)
     _run(loop, 0.2)
     assert len(failing.due_at) == 1 and len(later.due_at) == 1 and wheel.count == 0
+
+
+def _fenced_wheel(resolution: float) -> tuple[DeadlineWheel, VirtualLoop, LeaseFence, list[int]]:
+    """A wheel on a virtual clock behind a lease fence proven for 1 s from now (0.9 s with
+    the margin); ``doubts`` counts the fence's calls for a renewal."""
+    loop = VirtualLoop()
+    fence = LeaseFence()
+    doubts: list[int] = []
+    fence.watch(lambda: doubts.append(1))
+    fence.proven(loop.now, 1.0)
+    wheel = DeadlineWheel(lambda: cast(asyncio.AbstractEventLoop, loop), resolution, fence=fence)
+    return wheel, loop, fence, doubts
+
+
+def test_a_tick_past_the_lease_fence_is_held_until_the_lease_is_proven() -> None:
+    """After a pause the node must not act for its sessions (close a silent client, publish
+    a will) before it has proven its lease: the wheel's tick is held like a read."""
+    wheel, loop, fence, doubts = _fenced_wheel(0.02)
+    client = _Client()
+    wheel.add(client, loop.time() + 2.0)
+    _run(loop, 2.5)  # the node paused, or Redis unreachable: no renewal for 2.5 s
+    assert client.due_at == []
+    assert fence.waiting == 1 and doubts == [1]  # held once, a renewal asked for at once
+    assert loop.pending() == 0  # no timer piles up while held
+    fence.proven(loop.now, 1.0)  # the renewal succeeded: the held tick runs now
+    [checked] = client.due_at
+    assert checked == loop.now
+    assert wheel.count == 0 and wheel._handle is None
+
+
+def test_a_tick_held_when_the_lease_was_lost_finds_the_closed_clients_gone() -> None:
+    wheel, loop, fence, _ = _fenced_wheel(0.02)
+    closed, kept = _Client(), _Client()
+    wheel.add(closed, loop.time() + 2.0)
+    wheel.add(kept, loop.time() + 5.0)
+    _run(loop, 2.5)
+    fence.expire()  # the lease is gone: the node goes offline and closes its clients
+    wheel.remove(closed)
+    fence.lift()  # offline, nothing to fence: the held tick runs
+    assert closed.due_at == [] and kept.due_at == []
+    assert wheel.count == 1 and loop.pending() == 1  # the timer runs again for the rest
+    _run(loop, 2.6)
+    assert len(kept.due_at) == 1

@@ -147,3 +147,34 @@ async def test_a_session_handed_over_to_a_clean_start_elsewhere_sends_its_pendin
     assert list(broker.sessions) == ["watcher"] and broker.expiries.count == 0
     run_until(loop, loop.now + 60 + LATE)
     assert _wills(watcher) == []  # the resumed one's never goes
+
+
+async def test_a_node_back_from_a_pause_sends_no_delayed_will_before_it_proves_its_lease() -> None:
+    """Paused past its lease (SIGSTOP, a stalled VM), a node may have lost its sessions to
+    another node, where a client resuming one cancels its will: the will's timer is held
+    until a renewal proves the lease, and a node that lost it sends no will at all."""
+    broker = Broker(CoreSettings())
+    loop = _virtual(broker)
+    watcher = await _watcher(broker)
+    await _parked(broker, "kept", 600, 5)
+    await _parked(broker, "moved", 600, 5)
+    broker.fence.proven(loop.now, 10.0)
+    doubts: list[int] = []
+    broker.fence.watch(lambda: doubts.append(1))
+    loop.advance(30)  # paused: nothing ran for 30 s
+    run_until(loop, loop.now + 1)
+    assert _wills(watcher) == [] and doubts == [1]  # held, a renewal asked for
+    broker.fence.proven(loop.now, 10.0)  # the lease was still this node's
+    assert sorted(_wills(watcher)) == [b"kept", b"moved"]
+
+    await _parked(broker, "kept2", 600, 5)
+    await _parked(broker, "moved2", 600, 5)
+    loop.advance(30)
+    run_until(loop, loop.now + 1)
+    assert _wills(watcher) == []
+    broker.fence.expire()  # the renewal found the lease gone: offline, sessions dropped
+    broker.hand_over("kept2")  # as ``drop_all_sessions`` does (the watcher stays to see)
+    broker.hand_over("moved2")
+    broker.fence.lift()
+    run_until(loop, loop.now + 10)
+    assert _wills(watcher) == []  # their new owners decide
