@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import cast
 
+from tests.support.virtual_broker import on_virtual_loop
 from tests.support.virtual_loop import VirtualLoop
 from xmq.codec.packets import Connect, Pingreq
 from xmq.codec.reason_codes import ReasonCode
@@ -131,19 +132,22 @@ async def _connected(broker: Broker, keep_alive: int) -> tuple[ClientConnection,
 
 async def test_a_silent_connection_is_closed_with_0x8d_an_active_one_is_not() -> None:
     broker = Broker(CoreSettings())
+    loop = on_virtual_loop(broker)
     broker.deadlines = DeadlineWheel(lambda: broker.loop, 0.05)
     silent, silent_link = await _connected(broker, 1)
     active, active_link = await _connected(broker, 1)
     idle_since = broker.now()
-    for _ in range(8):  # 2 s: the active client sends PINGREQ every 0.25 s
-        await asyncio.sleep(0.25)
-        active.touch(broker.now())
-        active.handle(Pingreq())
-        if silent.state == CLOSED:
-            break
-    closed_after = broker.now() - idle_since
-    assert silent.state == CLOSED and silent_link.closed
-    assert 1.5 <= closed_after < 1.5 + 0.25 + 0.1 + 0.05
+    closed_after: float | None = None
+    for step in range(1, 401):  # 2 s in 5 ms steps: the active client pings every 0.25 s
+        _run(loop, 0.005)
+        if step % 50 == 0:
+            active.touch(broker.now())
+            active.handle(Pingreq())
+        if closed_after is None and silent.state == CLOSED:
+            closed_after = broker.now() - idle_since
+    assert silent.state == CLOSED and silent_link.closed and closed_after is not None
+    # 1.5 x keep alive, never before, at most two of the wheel's slots after
+    assert 1.5 <= closed_after <= 1.5 + 2 * 0.05 + 0.005
     assert silent_link.out[0] == 0xE0 and silent_link.out[2] == ReasonCode.KEEP_ALIVE_TIMEOUT
     assert broker.stats.disconnects_by_reason == {ReasonCode.KEEP_ALIVE_TIMEOUT: 1}
     assert active.state == CONNECTED and not active_link.closed

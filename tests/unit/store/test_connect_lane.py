@@ -17,6 +17,8 @@ import pytest
 from tests.support.redis_server import RedisServer, running_redis
 from xmq.store.redis_batcher import MAX_PIPELINE_ITEMS, RedisBatcher, ScriptCall, script_call
 
+pytestmark = pytest.mark.integration  # a real Redis
+
 PUSH_EACH = """
 local replies = {}
 for i, key in ipairs(KEYS) do

@@ -67,6 +67,7 @@ def test_replies_parsed_whole_and_byte_by_byte() -> None:
     assert got[2] == b"a\r\nb"
 
 
+@pytest.mark.integration
 async def test_one_write_per_tick(server: RedisServer) -> None:
     batcher = RedisBatcher(server.url)
     await batcher.start()
@@ -80,6 +81,7 @@ async def test_one_write_per_tick(server: RedisServer) -> None:
     await batcher.close()
 
 
+@pytest.mark.integration
 async def test_commands_queued_while_a_batch_is_out_share_the_next_write(
     server: RedisServer,
 ) -> None:
@@ -103,6 +105,7 @@ async def test_commands_queued_while_a_batch_is_out_share_the_next_write(
     assert batcher.pipelines == 2  # the ten ticks' commands and the PING: one write
 
 
+@pytest.mark.integration
 async def test_script_reloaded_after_script_flush(server: RedisServer) -> None:
     batcher = RedisBatcher(server.url)
     await batcher.start()
@@ -122,6 +125,7 @@ async def test_script_reloaded_after_script_flush(server: RedisServer) -> None:
     await batcher.close()
 
 
+@pytest.mark.integration
 async def test_durable_writes_survive_a_lost_connection(server: RedisServer) -> None:
     batcher = RedisBatcher(server.url)
     await batcher.start()

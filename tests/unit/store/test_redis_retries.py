@@ -107,6 +107,7 @@ def _reply_future() -> tuple[asyncio.Future[Any], Callable[[Any], None]]:
     return future, done
 
 
+@pytest.mark.integration
 async def test_loading_replies_are_retried_in_order(batchers: list[RedisBatcher]) -> None:
     loading = {"left": 3}  # the first pipeline
 
@@ -139,6 +140,7 @@ async def test_loading_replies_are_retried_in_order(batchers: list[RedisBatcher]
     assert pushes == [0, 1, 2, 0, 1, 2, 3]  # the retried ones before what came later
 
 
+@pytest.mark.integration
 async def test_a_final_error_is_a_failure_not_a_retry(batchers: list[RedisBatcher]) -> None:
     server = ScriptedRedis(lambda command, _: b"-WRONGTYPE Operation against a key\r\n")
     batcher = await _batcher(batchers, await server.start())
@@ -150,6 +152,7 @@ async def test_a_final_error_is_a_failure_not_a_retry(batchers: list[RedisBatche
     assert batcher.stats.given_up == 1
 
 
+@pytest.mark.integration
 async def test_a_write_still_failing_after_the_window_is_given_up(
     batchers: list[RedisBatcher],
 ) -> None:
@@ -164,6 +167,7 @@ async def test_a_write_still_failing_after_the_window_is_given_up(
     assert server.names().count(b"SADD") >= 3  # retried meanwhile, with backoff
 
 
+@pytest.mark.integration
 async def test_a_look_up_fails_at_once(batchers: list[RedisBatcher]) -> None:
     server = ScriptedRedis(lambda command, _: b"-LOADING Redis is loading\r\n")
     batcher = await _batcher(batchers, await server.start())
@@ -174,6 +178,7 @@ async def test_a_look_up_fails_at_once(batchers: list[RedisBatcher]) -> None:
     assert server.names() == [b"GET"]
 
 
+@pytest.mark.integration
 async def test_a_push_cut_by_a_lost_connection_is_sent_again_only_if_absent(
     batchers: list[RedisBatcher],
 ) -> None:
@@ -190,6 +195,7 @@ async def test_a_push_cut_by_a_lost_connection_is_sent_again_only_if_absent(
     assert batcher.stats.retries["connection_lost"] == 1
 
 
+@pytest.mark.integration
 async def test_readonly_drops_the_connection_for_the_new_master(
     batchers: list[RedisBatcher],
 ) -> None:
@@ -206,6 +212,7 @@ async def test_readonly_drops_the_connection_for_the_new_master(
     assert server.connections == 2
 
 
+@pytest.mark.integration
 async def test_wait_replicas_holds_replies_until_a_replica_has_the_writes(
     batchers: list[RedisBatcher],
 ) -> None:

@@ -18,6 +18,8 @@ from xmq.routing.retained import RetainedStore
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.retained_sync import RedisRetainedSync
 
+pytestmark = pytest.mark.integration  # a real Redis
+
 
 def _stored(client: redis.Redis, key: str) -> RetainedMessage:
     raw = client.get(key)

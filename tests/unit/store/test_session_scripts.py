@@ -21,6 +21,8 @@ from xmq.contract.session_scripts import (
     release_session,
 )
 
+pytestmark = pytest.mark.integration  # a real Redis
+
 KEYS = ClusterKeys("unit")
 
 
