@@ -58,16 +58,17 @@ async def test_a_silent_peer_whose_port_refuses_is_released(
     clients: tuple[redis.Redis, aioredis.Redis],
 ) -> None:
     sync, client = clients
-    write_lease(sync, KEYS, "b-0", 5, ttl_ms=int(TTL_S * 1000))
-    peers = DeadPeers(client, KEYS, TTL_S, lambda address: asyncio.sleep(0, True))
+    ttl_s = 3.0  # released once unrenewed for 2 x 3 / 5 + 0.25 = 1.45 s: 1.55 s left of it
+    write_lease(sync, KEYS, "b-0", 5, ttl_ms=int(ttl_s * 1000))
+    peers = DeadPeers(client, KEYS, ttl_s, lambda address: asyncio.sleep(0, True))
     peers.watch("b-0", 5, "127.0.0.1:1")
-    for _ in range(40):
-        if not sync.exists(KEYS.lease("b-0")):
-            break
+    ttl = -1
+    while sync.exists(KEYS.lease("b-0")):  # at most the lease's 3 s (it expires by itself)
         ttl = sync.pttl(KEYS.lease("b-0"))
         await asyncio.sleep(0.02)
-    assert peers.released == 1
-    assert 0 < ttl <= 1000 - 650  # released while the lease had time left, once 0.65 s silent
+    peers.stop()
+    assert peers.released == 1  # not merely expired
+    assert 0 < ttl <= 3000 - 1450  # released while the lease had time left, once 1.45 s silent
 
 
 async def test_a_peer_that_still_renews_or_still_listens_is_not_released(
