@@ -490,7 +490,7 @@ class Broker(AuthEvents):
         now = self.now() if message.expires_at is not None else 0.0
         qos = min(sub.qos, message.qos)
         ids = (sub.identifier,) if sub.identifier else _NO_IDS
-        if message.qos == 2 and (qos == 0 or session.store is None):
+        if message.qos == 2 and message.forward_id and (qos == 0 or session.store is None):
             store = self.store  # an inbound QoS 2 message: the group is claimed first
             if store is not None and shared_claims.claim_id(message):
                 return shared_claims.deliver_claimed(
@@ -571,7 +571,7 @@ class Broker(AuthEvents):
                 continue
             qos = min(sub.qos, message.qos)
             ids = (sub.identifier,) if sub.identifier else _NO_IDS
-            if message.qos == 2 and (qos == 0 or session.store is None):
+            if message.qos == 2 and message.forward_id and (qos == 0 or session.store is None):
                 store = self.store  # an inbound QoS 2 message: the group is claimed first
                 if store is not None and shared_claims.claim_id(message):
                     return shared_claims.deliver_claimed(

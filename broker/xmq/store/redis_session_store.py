@@ -210,9 +210,10 @@ class RedisSessionStore:
             forward_id = ""
             # a member's record of an inbound QoS 2 message marks the group: a re-sent
             # PUBLISH routed again gives the group no second copy (core.shared_claims)
-            group_id = claim_id(message)
-            if group_id and share.share_group:
-                seen = self.keys.shared_seen(group_id, share.share_group, share.topic_filter)
+            if message.qos == 2 and message.forward_id and share.share_group:
+                group_id = claim_id(message)
+                if group_id:
+                    seen = self.keys.shared_seen(group_id, share.share_group, share.topic_filter)
         raw = self.new_record(
             message, delivery.qos, delivery.retain, delivery.subscription_ids, forward_id
         )
