@@ -12,6 +12,8 @@ hand-off still delivers it.
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 import redis
 
@@ -182,6 +184,10 @@ async def test_a_message_a_member_gave_up_goes_to_another_member(
     assert _payloads(first_link) == [b"filler"]
 
 
+def _has(link: MemberLink, count: int) -> bool:
+    return len(_payloads(link)) == count
+
+
 def _calls(sync: redis.Redis) -> dict[str, int]:
     """Redis's count of each command so far (those its scripts call included)."""
     return {name[8:]: int(entry["calls"]) for name, entry in sync.info("commandstats").items()}
@@ -209,7 +215,7 @@ async def test_a_clean_member_s_claim_costs_no_redis_call_of_its_own(
         before = _calls(sync)
         for packet_id in range(1, 11):
             publisher.handle(Publish(topic, b"x", qos=2, packet_id=packet_id))
-            await _until(lambda: len(_payloads(link)) == packet_id)
+            await _until(partial(_has, link, packet_id))
             publisher.handle(Pubrel(packet_id))
             await store.flush()
         after = _calls(sync)
