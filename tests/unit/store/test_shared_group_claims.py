@@ -226,3 +226,19 @@ async def test_a_clean_member_s_claim_costs_no_redis_call_of_its_own(
     assert counts[0]["evalsha"] == counts[1]["evalsha"] == 20, counts
     assert added["get"] == added["set"] == 10, counts
     assert not any(added.get(name) for name in ("sadd", "srem", "hset", "rpush")), counts
+
+
+async def test_a_claim_whose_member_left_meanwhile_goes_to_another_member(
+    server: RedisServer, sync: redis.Redis
+) -> None:
+    node, store = await _broker(server, A, KEYS)
+    first, first_link = await _member(node, "m0", False)
+    _, second_link = await _member(node, "m1", False)
+    _routed(node)  # the first member is picked; its claim is on its way to Redis
+    first.connection_lost()  # its clean session ends before the claim is answered
+    await store.flush()
+    await _until(lambda: _payloads(second_link) == [b"cmd"])
+    assert _payloads(first_link) == []
+    _routed(node)  # a re-send: the group has it
+    await store.flush()
+    assert _payloads(second_link) == [b"cmd"] and store.duplicates == 1
