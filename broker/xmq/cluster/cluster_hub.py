@@ -39,6 +39,7 @@ from xmq.core.cluster_ports import (
     NodeIdentity,
 )
 from xmq.core.message import Message
+from xmq.core.shared_claims import handed_on
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -289,7 +290,10 @@ class ClusterHub:
         hold: DurableHold | None = None,
     ) -> None:
         """A shared-group message its chosen node did not take: another member gets it
-        (``hold``, the publisher's held ack, is held by the member's record or link)."""
+        (``hold``, the publisher's held ack, is held by the member's record or link). The
+        group has it (claimed or recorded by the chosen member): handed on, it claims nothing
+        (``core.shared_claims``)."""
+        message = handed_on(message)
         broker = self.broker
         local = broker.shared.get_group(group, topic_filter)
         if local is not None and len(local.members):

@@ -146,6 +146,19 @@ class ClusterKeys:
         value names the run that wrote it (``<lease key>@<epoch>``; ``1`` from an append)."""
         return f"{self.prefix}session:seen:{_check_part('record id', record_id)}:{client_id}"
 
+    def shared_seen(self, message_id: str, group: str, topic_filter: str) -> str:
+        """String with a TTL: the shared group ``$share/<group>/<topic_filter>`` has the inbound
+        QoS 2 message ``message_id`` (``<incarnation>/q<packet id>.<generation>``, no ``:``):
+        a member's record of it was pushed, or a member's delivery of it claimed the group
+        (``core.shared_claims``); a later routing of the same message (a re-sent PUBLISH) gives
+        the group no second copy. A group name has no ``/``: the key is unambiguous. Its value
+        names the run that wrote it (``<lease key>@<epoch>``, then ``>`` and the member's
+        client id for a claim)."""
+        return (
+            f"{self.prefix}shared:seen:{_check_part('message id', message_id)}:"
+            f"{_check_part('group', group)}/{topic_filter}"
+        )
+
     # -- retained messages -----------------------------------------------------------------
 
     def retained(self, topic: str) -> str:

@@ -291,7 +291,8 @@ FENCED_WRITES = (
 -- KEYS: 1 the writer's lease, then the queues, seen markers and qos2in sets named below
 -- ARGV: 1 writer epoch, 2 marker TTL in ms, then 4 per write: op ('r' push a record, 'R' push
 --       it only when not there — sent again after a lost connection —, 'i' add an inbound
---       QoS 2 id), key index, value, seen marker key index ('0': none)
+--       QoS 2 id, 'c' claim a shared group's marker — the key — for the member named by the
+--       value, 'C' the same sent again), key index, value, seen marker key index ('0': none)
 """
     + _WRITER_FENCE
     + """\
@@ -306,6 +307,15 @@ for i = 3, #ARGV, 4 do
   local was = marker > 0 and redis.call('GET', KEYS[marker])
   if ARGV[i] == 'i' then
     out[n] = redis.call('SADD', key, value)
+  elseif ARGV[i] == 'c' or ARGV[i] == 'C' then
+    local claim = mine .. '>' .. value
+    local held = redis.call('GET', key)
+    if held and (ARGV[i] ~= 'C' or held ~= claim) then
+      out[n] = 0  -- the group has the message already (a member's record or claim)
+    else
+      redis.call('SET', key, claim, 'PX', ARGV[2])
+      out[n] = 1
+    end
   elseif was and (ARGV[i] ~= 'R' or was ~= mine) then
     out[n] = 0  -- queued for the session already (by another node or path): not again
   else
@@ -324,7 +334,8 @@ return out
 """The records and inbound QoS 2 ids of one batch, in their order, in one call: the lease is
 checked once and the whole batch is refused (``FENCED``, nothing written) when the writing run
 holds none — the same fence as :data:`FENCED_RECORD` / :data:`FENCED_INBOUND_ID`, paid once per
-batch. The reply has one element per write (``1`` for a record, ``SADD``'s reply for an id).
+batch. The reply has one element per write (``1`` for a record, ``SADD``'s reply for an id,
+``1`` for a claim made and ``0`` for a group that has the message: ``core.shared_claims``).
 
 A record with a seen marker is pushed only when the marker does not exist (``0``: the message
 is queued for that session already — another node recorded it, or it came here twice); a
@@ -332,9 +343,10 @@ write sent again after a lost connection (``R``) finds its own marker (the run's
 epoch) and is pushed only when not there."""
 
 FencedWrite = tuple[str, str, bytes | str, str]
-"""One write of :data:`FENCED_WRITES`: (``'r'`` a record or ``'i'`` an inbound id, its key —
-the session's queue or its ``qos2in`` set —, the record or the packet id, a forwarded record's
-``session:seen`` marker key or ``''``)."""
+"""One write of :data:`FENCED_WRITES`: (``'r'`` a record, ``'i'`` an inbound id or ``'c'`` a
+shared group's claim, its key — the session's queue, its ``qos2in`` set, or the group's
+``shared:seen`` marker —, the record, the packet id or the member's client id, the record's
+``session:seen`` / ``shared:seen`` marker key or ``''``)."""
 
 FORWARDED_SEEN_TTL_MS = 60_000
 """Lifetime of a ``session:seen`` marker: longer than a forwarded message can take to be
@@ -614,6 +626,7 @@ class FencedWrites:
         names = [self._lease]
         args = list(self._head)
         push = "R" if once else "r"
+        claim = "C" if once else "c"
         index: dict[str, int] = {}
         for op, key, value, seen in writes:
             at = index.get(key)
@@ -624,7 +637,7 @@ class FencedWrites:
             if seen:
                 names.append(seen)
                 marker = len(names)
-            args += (push if op == "r" else op, at, value, marker)
+            args += (push if op == "r" else claim if op == "c" else op, at, value, marker)
         return FENCED_WRITES, tuple(names), tuple(args)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, cast
 
 from xmq.codec.packets import Will
 from xmq.codec.reason_codes import ReasonCode
-from xmq.core import shared_handoff
+from xmq.core import shared_claims, shared_handoff
 from xmq.core.auth_ports import AuthEvents
 from xmq.core.cluster_claims import apply_restored
 from xmq.core.cluster_ports import (
@@ -492,6 +492,12 @@ class Broker(AuthEvents):
         now = self.now() if message.expires_at is not None else 0.0
         qos = min(sub.qos, message.qos)
         ids = (sub.identifier,) if sub.identifier else _NO_IDS
+        if message.qos == 2 and message.forward_id and (qos == 0 or session.store is None):
+            store = self.store  # an inbound QoS 2 message: the group is claimed first
+            if store is not None and shared_claims.claim_id(message):
+                return shared_claims.deliver_claimed(
+                    self, store, session, sub, message, qos, ids, context.hold, on_done
+                )
         if qos == 0:
             if on_done is not None:
                 on_done()
@@ -567,6 +573,12 @@ class Broker(AuthEvents):
                 continue
             qos = min(sub.qos, message.qos)
             ids = (sub.identifier,) if sub.identifier else _NO_IDS
+            if message.qos == 2 and message.forward_id and (qos == 0 or session.store is None):
+                store = self.store  # an inbound QoS 2 message: the group is claimed first
+                if store is not None and shared_claims.claim_id(message):
+                    return shared_claims.deliver_claimed(
+                        self, store, session, sub, message, qos, ids, context.hold, None
+                    )
             return session.deliver(message, qos, False, ids, sub, now, context)
         if fallback is not None:
             session, sub = fallback
@@ -582,14 +594,13 @@ class Broker(AuthEvents):
         share = delivery.share
         if share is None or share.share_group is None:
             return
+        message = shared_claims.handed_on(delivery.message)  # the group has it: no claim
         group = self.shared.get_group(share.share_group, share.topic_filter)
-        if group is not None and self._deliver_shared(
-            group, delivery.message, self.now(), (share.session,)
-        ):
+        if group is not None and self._deliver_shared(group, message, self.now(), (share.session,)):
             return
         cluster = self.cluster
         if cluster is not None and cluster.forward_shared(
-            share.share_group, share.topic_filter, delivery.message
+            share.share_group, share.topic_filter, message
         ):
             return
         if group is None:

@@ -176,9 +176,24 @@ class DurableStore(Protocol):
         given up); ``context.forward_id`` (when set, for a non-shared delivery) is the
         record's id, and a session that has a record of it already (from this node, or
         queued by any node while its marker lives) gets none: it counts as delivered but is
-        neither queued nor sent again.
+        neither queued nor sent again. A shared delivery of an inbound QoS 2 message (its
+        ``Message.forward_id``, ``core.shared_claims``) is recorded only when its group has
+        no record or claim of it yet (else its ``on_done`` runs, and nothing is queued).
         """
         ...
+
+    def claim_shared(
+        self,
+        share: Subscription,
+        message_id: str,
+        hold: DurableHold | None,
+        claimed: Callable[[bool], None],
+    ) -> None:
+        """Claim ``share``'s group for the inbound QoS 2 message ``message_id`` before a member
+        without a record of it has it (``core.shared_claims``): ``claimed(True)`` once the
+        claim is written, ``claimed(False)`` when the group has the message already (a
+        member's record or claim of it); neither when the write is given up (``hold``, held
+        meanwhile, then fails)."""
 
     def sent(self, session: Session, delivery: Delivery) -> None:
         """A recorded delivery is in flight under ``delivery.packet_id``; when its PUBLISH

@@ -175,6 +175,17 @@ class Message:
         )
         return message
 
+    def without_id(self) -> Message:
+        """This message under no cluster-wide id (``forward_id`` empty; a node link gives it
+        a new one): a shared group's message handed on from the member that had it to
+        another (``core.shared_claims.handed_on``)."""
+        copy = Message(self.topic, self.payload, self.qos, self.retain, None, self.origin, 0.0)
+        copy.properties = self.properties
+        copy.expires_at = self.expires_at
+        copy.size = self.size
+        copy._variants = dict(self._variants)
+        return copy
+
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
 

@@ -55,8 +55,8 @@ class FencedCalls:
             every: tuple[str | bytes | int, ...] = ("EVALSHA", self._sha, len(keys), *keys, *args)
             return text, every, encode_command(every)
         op, key, value, seen = writes[0]
-        if op == "r" and once:
-            op = "R"  # (the layout's push-if-absent)
+        if once and (op == "r" or op == "c"):
+            op = op.upper()  # (the layout's push-if-absent, claim-unless-mine)
         data = value if type(value) is bytes else str(value).encode()
         name = key.encode()
         if seen:

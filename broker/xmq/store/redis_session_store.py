@@ -57,6 +57,7 @@ from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, Su
 from xmq.core.inbound_ids import is_derived_id
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
+from xmq.core.shared_claims import claim_id
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
 from xmq.store.fenced_calls import FencedCalls
 from xmq.store.forwarded_marks import ForwardedMarks
@@ -194,15 +195,25 @@ class RedisSessionStore:
         message = delivery.message
         forward_id = context.forward_id
         mark: tuple[str, str] | None = None
-        if forward_id and delivery.share is None:
-            mark = (session.client_id, forward_id)
-            if not self._recent.add(mark):
-                # recorded here for this session already (it came two ways, or was sent
-                # again): the session has it, which counts as delivered, but not twice
-                self.duplicates += 1
-                return True
+        share = delivery.share
+        seen = ""
+        if share is None:
+            if forward_id:
+                mark = (session.client_id, forward_id)
+                if not self._recent.add(mark):
+                    # recorded here for this session already (it came two ways, or was sent
+                    # again): the session has it, which counts as delivered, but not twice
+                    self.duplicates += 1
+                    return True
+                seen = self.keys.session_seen(session.client_id, forward_id)
         else:
             forward_id = ""
+            # a member's record of an inbound QoS 2 message marks the group: a re-sent
+            # PUBLISH routed again gives the group no second copy (core.shared_claims)
+            if message.qos == 2 and message.forward_id and share.share_group:
+                group_id = claim_id(message)
+                if group_id:
+                    seen = self.keys.shared_seen(group_id, share.share_group, share.topic_filter)
         raw = self.new_record(
             message, delivery.qos, delivery.retain, delivery.subscription_ids, forward_id
         )
@@ -228,33 +239,68 @@ class RedisSessionStore:
                 if hold is not None:
                     hold.release()  # written (or queued before): the publisher's ack may go
                 if reply == 0:  # its seen marker exists: queued for the session already
-                    self.duplicates += 1
+                    self.duplicates += 1  # (or, shared, for another member of its group)
+                    settled = delivery.on_done
+                    if settled is not None:  # a SHARED frame's: the group has it
+                        delivery.on_done = None
+                        settled()
                     return
                 if session.store is self:
                     session.deliver_recorded(delivery, self.clock())
 
-            self._push(session.client_id, raw, forward_id, recorded)
+            self._push(session.client_id, raw, seen, recorded)
             if self.unwritten > self.limit:
                 self._pause(message.origin)
             return True
-        self._push(session.client_id, raw, forward_id, self._written_reply)
+        self._push(session.client_id, raw, seen, self._written_reply)
         if self.unwritten > self.limit:
             self._pause(message.origin)
         return session.deliver_recorded(delivery, now)
 
-    def _push(
-        self, client_id: str, raw: bytes, forward_id: str, callback: Callable[[Any], None]
-    ) -> None:
-        """``RPUSH`` the record (and ``SET`` its seen marker) while this run holds its lease;
-        a stale run's write is refused (``FENCED``: the callback gets the failure)."""
+    def _push(self, client_id: str, raw: bytes, seen: str, callback: Callable[[Any], None]) -> None:
+        """``RPUSH`` the record (and ``SET`` its ``seen`` marker, when it has one, unless the
+        marker exists) while this run holds its lease; a stale run's write is refused
+        (``FENCED``: the callback gets the failure)."""
         queue = self._queue_prefix + client_id
         written: tuple[str, ...]
-        if forward_id:
-            seen = self.keys.session_seen(client_id, forward_id)
+        if seen:
             item, written = ("r", queue, raw, seen), (queue, seen)
         else:
             item, written = ("r", queue, raw, ""), (queue,)
         self.batcher.coalesced(FencedCalls.combine, self._calls(), item, written, callback)
+
+    def claim_shared(
+        self,
+        share: Subscription,
+        message_id: str,
+        hold: DurableHold | None,
+        claimed: Callable[[bool], None],
+    ) -> None:
+        """Claim ``share``'s group for the message (``SET shared:seen:...`` unless it exists,
+        in this run's ``FENCED_WRITES`` call); ``claimed(True)`` once written, ``claimed(False)``
+        when the group has it already; on a write given up (or fenced) neither: ``hold`` fails."""
+        group = share.share_group or ""
+        key = self.keys.shared_seen(message_id, group, share.topic_filter)
+        if hold is not None:
+            hold.hold()
+        member = share.session.client_id
+
+        def answered(reply: Any) -> None:
+            if isinstance(reply, BaseException):
+                self.failed += 1
+                if "FENCED" not in str(reply):
+                    log.error("shared claim for %r not written: %r", member, reply)
+                if hold is not None:
+                    hold.fail()
+                return
+            if hold is not None:
+                hold.release()
+            if reply == 0:
+                self.duplicates += 1
+            claimed(reply == 1)
+
+        item = ("c", key, member, "")
+        self.batcher.coalesced(FencedCalls.combine, self._calls(), item, (key,), answered)
 
     def _calls(self) -> FencedCalls:
         """This run's ``FENCED_WRITES`` calls (the batcher coalesces the writes of one
