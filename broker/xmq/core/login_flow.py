@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from xmq.codec.packets import MQTT_5, Auth, Connack, Connect
 from xmq.codec.properties import Properties
@@ -98,17 +98,38 @@ def _inline(authenticator: object, authorizer: object) -> bool:
     """A login that needs no task nor coroutine: an authenticator and an authorizer marked
     ``inline`` (in memory, never waiting), whose ``decide`` / ``acl_now`` give the answers of
     their ``authenticate`` / ``acl_for`` (each pair written by the same class: a subclass that
-    overrides only the coroutine, one that waits, is not inline). Known per class."""
-    key = (type(authenticator), type(authorizer))
+    overrides only the coroutine, one that waits, is not inline). Known per class; the last
+    pair asked is compared first (every connection of a listener has the same pair: no key
+    tuple nor dict lookup per connect)."""
+    first = type(authenticator)
+    second = type(authorizer)
+    last = _LAST_PAIR
+    if first is last.authenticator and second is last.authorizer:
+        return last.inline
+    key = (first, second)
     known = _INLINE_CLASSES.get(key)
     if known is None:
-        known = _INLINE_CLASSES[key] = _pair_of(key[0], "decide", "authenticate") and _pair_of(
-            key[1], "acl_now", "acl_for"
+        known = _INLINE_CLASSES[key] = _pair_of(first, "decide", "authenticate") and _pair_of(
+            second, "acl_now", "acl_for"
         )
+    last.authenticator = first
+    last.authorizer = second
+    last.inline = known
     return known
 
 
+class _LastPair:
+    """The classes of the last (authenticator, authorizer) pair ``_inline`` was asked about,
+    and its answer."""
+
+    def __init__(self) -> None:
+        self.authenticator: type | None = None
+        self.authorizer: type | None = None
+        self.inline = False
+
+
 _INLINE_CLASSES: dict[tuple[type, type], bool] = {}
+_LAST_PAIR: Final = _LastPair()
 
 
 def _pair_of(cls: type, now: str, later: str) -> bool:
