@@ -80,6 +80,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.durable_context",
     "xmq.cluster.route_table",
     "xmq.codec.connect_packet",
+    "xmq.core.auth_records",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 
