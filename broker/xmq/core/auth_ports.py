@@ -137,13 +137,19 @@ class AnonymousAuthenticator:
             return AuthDecision(
                 AUTH_BAD_USERNAME_OR_PASSWORD, reason_string="anonymous access is disabled"
             )
-        return AuthDecision(AUTH_SUCCESS, credentials.username)
+        username = credentials.username
+        if username is None:
+            return _ANONYMOUS_ACCEPTED  # the same for every anonymous client (never changed)
+        return AuthDecision(AUTH_SUCCESS, username)
 
     async def authenticate(self, credentials: Credentials) -> AuthDecision:
         return self.decide(credentials)
 
     def start_exchange(self, method: str, credentials: Credentials) -> AuthExchange | None:
         return None
+
+
+_ANONYMOUS_ACCEPTED: Final = AuthDecision(AUTH_SUCCESS)
 
 
 class NullAuthEvents:
