@@ -403,7 +403,12 @@ def _foreign_refused(
 
 
 def _plain_connack(limits: ServerLimits, present: bool) -> bytes:
-    """The MQTT 5 CONNACK (success) with only the server's limits, encoded once per limits."""
+    """The MQTT 5 CONNACK (success) with only the server's limits, encoded once per limits;
+    the last limits asked are compared first (one ``ServerLimits`` per broker: no boxed id
+    nor dict lookup per connect)."""
+    last = _LAST_CONNACKS
+    if last.limits is limits:
+        return last.present if present else last.absent
     entry = _PLAIN_CONNACKS.get(id(limits))
     if entry is None or entry[0] is not limits:  # the entry holds ``limits``: no id reuse
         if len(_PLAIN_CONNACKS) >= 16:
@@ -415,7 +420,22 @@ def _plain_connack(limits: ServerLimits, present: bool) -> bytes:
             encode(Connack(True, 0, props), MQTT_5),
         )
         _PLAIN_CONNACKS[id(limits)] = entry
+    last.limits = limits
+    last.absent = entry[1]
+    last.present = entry[2]
     return entry[2] if present else entry[1]
+
+
+class _LastConnacks:
+    """The limits ``_plain_connack`` was last asked for and their two CONNACKs."""
+
+    def __init__(self) -> None:
+        self.limits: ServerLimits | None = None
+        self.absent = b""
+        self.present = b""
+
+
+_LAST_CONNACKS: Final = _LastConnacks()
 
 
 def refuse_connect(conn: ClientConnection, reason_code: int, reason: str) -> None:
