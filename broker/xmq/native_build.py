@@ -79,6 +79,10 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.cluster.cluster_hub",
     "xmq.core.durable_context",
     "xmq.cluster.route_table",
+    "xmq.codec.connect_packet",
+    "xmq.core.auth_records",
+    "xmq.net.listeners",
+    "xmq.core.session_access",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

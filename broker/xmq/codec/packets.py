@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import ClassVar, TypeAlias
 
+from xmq.codec.connect_packet import Connect as Connect
+from xmq.codec.connect_packet import Will as Will
 from xmq.codec.properties import Properties
 
 
@@ -39,32 +41,6 @@ MQTT_3_1 = 3
 MQTT_3_1_1 = 4
 MQTT_5 = 5
 PROTOCOL_NAMES: dict[int, str] = {MQTT_3_1: "MQIsdp", MQTT_3_1_1: "MQTT", MQTT_5: "MQTT"}
-
-
-@dataclass(slots=True)
-class Will:
-    """The will message carried in CONNECT."""
-
-    topic: str
-    payload: bytes
-    qos: int = 0
-    retain: bool = False
-    properties: Properties | None = None
-
-
-@dataclass(slots=True)
-class Connect:
-    packet_type: ClassVar[int] = PacketType.CONNECT
-
-    protocol_name: str = "MQTT"
-    protocol_version: int = MQTT_5
-    clean_start: bool = True
-    keep_alive: int = 0
-    client_id: str = ""
-    properties: Properties | None = None
-    will: Will | None = None
-    username: str | None = None
-    password: bytes | None = None
 
 
 @dataclass(slots=True)

@@ -9,9 +9,11 @@ Reason codes are MQTT 5 values; the core maps them to MQTT 3.1.1 CONNACK codes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
+
+from xmq.core.auth_records import AuthDecision as AuthDecision
+from xmq.core.auth_records import Credentials as Credentials
 
 # MQTT 5 reason codes used by the auth ports (spec §2.4).
 AUTH_SUCCESS: Final = 0x00
@@ -32,60 +34,6 @@ server's (MQTT 5 §4.7.2): clients may never publish to them."""
 def is_reserved_topic(topic: str) -> bool:
     """True for a topic name no client may ever publish to."""
     return topic.startswith(RESERVED_TOPIC_PREFIX)
-
-
-class Credentials:
-    """What a CONNECT carried."""
-
-    __slots__ = ("_peer", "client_id", "password", "protocol_version", "username")
-
-    def __init__(
-        self,
-        client_id: str,
-        username: str | None,
-        password: bytes | None,
-        peer: str | Callable[[], str],
-        protocol_version: int,
-    ) -> None:
-        self.client_id = client_id
-        self.username = username
-        self.password = password
-        self._peer = peer
-        self.protocol_version = protocol_version
-        """4 = MQTT 3.1.1 (3 for 3.1), 5 = MQTT 5.0."""
-
-    @property
-    def peer(self) -> str:
-        """Source address as "ip:port" (used by brute-force guards).
-
-        Given as a string or as a function asked on first use: a connection's address is
-        formatted only when asked, and most authenticators (the anonymous default) never ask."""
-        peer = self._peer
-        if not isinstance(peer, str):
-            peer = self._peer = peer()
-        return peer
-
-    def __repr__(self) -> str:  # the password is never shown
-        version = self.protocol_version
-        return f"Credentials({self.client_id!r}, {self.username!r}, protocol {version})"
-
-
-@dataclass(slots=True)
-class AuthDecision:
-    """The outcome of an authentication."""
-
-    reason_code: int
-    """0 = success; else an MQTT 5 CONNACK reason: 0x86 bad user name or password,
-    0x87 not authorized (e.g. disabled account), 0x88 server unavailable,
-    0x8C bad authentication method, 0x9F connection rate exceeded (brute-force guard)."""
-    username: str | None = None
-    """The authenticated identity (may differ from the CONNECT's user name)."""
-    groups: tuple[str, ...] = ()
-    reason_string: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.reason_code == AUTH_SUCCESS
 
 
 @dataclass(slots=True)
@@ -189,13 +137,19 @@ class AnonymousAuthenticator:
             return AuthDecision(
                 AUTH_BAD_USERNAME_OR_PASSWORD, reason_string="anonymous access is disabled"
             )
-        return AuthDecision(AUTH_SUCCESS, credentials.username)
+        username = credentials.username
+        if username is None:
+            return _ANONYMOUS_ACCEPTED  # the same for every anonymous client (never changed)
+        return AuthDecision(AUTH_SUCCESS, username)
 
     async def authenticate(self, credentials: Credentials) -> AuthDecision:
         return self.decide(credentials)
 
     def start_exchange(self, method: str, credentials: Credentials) -> AuthExchange | None:
         return None
+
+
+_ANONYMOUS_ACCEPTED: Final = AuthDecision(AUTH_SUCCESS)
 
 
 class NullAuthEvents:

@@ -47,7 +47,9 @@ _TRANSITIONS: dict[tuple[int, int], int] = {
     (CLOSED, ENDED): CLOSED,  # a connection lost after its refusal or DISCONNECT
 }
 
-EVENTS: Final = len(EVENT_NAMES)
+EVENTS: Final = 4
+"""How many events there are (a literal: compiled code inlines it)."""
+assert len(EVENT_NAMES) == EVENTS
 NEXT_STATE: tuple[int, ...] = tuple(
     _TRANSITIONS.get((state, event), -1)
     for state in range(len(STATE_NAMES))

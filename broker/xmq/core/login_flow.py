@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from xmq.codec.packets import MQTT_5, Auth, Connack, Connect
 from xmq.codec.properties import Properties
@@ -98,17 +98,38 @@ def _inline(authenticator: object, authorizer: object) -> bool:
     """A login that needs no task nor coroutine: an authenticator and an authorizer marked
     ``inline`` (in memory, never waiting), whose ``decide`` / ``acl_now`` give the answers of
     their ``authenticate`` / ``acl_for`` (each pair written by the same class: a subclass that
-    overrides only the coroutine, one that waits, is not inline). Known per class."""
-    key = (type(authenticator), type(authorizer))
+    overrides only the coroutine, one that waits, is not inline). Known per class; the last
+    pair asked is compared first (every connection of a listener has the same pair: no key
+    tuple nor dict lookup per connect)."""
+    first = type(authenticator)
+    second = type(authorizer)
+    last = _LAST_PAIR
+    if first is last.authenticator and second is last.authorizer:
+        return last.inline
+    key = (first, second)
     known = _INLINE_CLASSES.get(key)
     if known is None:
-        known = _INLINE_CLASSES[key] = _pair_of(key[0], "decide", "authenticate") and _pair_of(
-            key[1], "acl_now", "acl_for"
+        known = _INLINE_CLASSES[key] = _pair_of(first, "decide", "authenticate") and _pair_of(
+            second, "acl_now", "acl_for"
         )
+    last.authenticator = first
+    last.authorizer = second
+    last.inline = known
     return known
 
 
+class _LastPair:
+    """The classes of the last (authenticator, authorizer) pair ``_inline`` was asked about,
+    and its answer."""
+
+    def __init__(self) -> None:
+        self.authenticator: type | None = None
+        self.authorizer: type | None = None
+        self.inline = False
+
+
 _INLINE_CLASSES: dict[tuple[type, type], bool] = {}
+_LAST_PAIR: Final = _LastPair()
 
 
 def _pair_of(cls: type, now: str, later: str) -> bool:
@@ -382,7 +403,12 @@ def _foreign_refused(
 
 
 def _plain_connack(limits: ServerLimits, present: bool) -> bytes:
-    """The MQTT 5 CONNACK (success) with only the server's limits, encoded once per limits."""
+    """The MQTT 5 CONNACK (success) with only the server's limits, encoded once per limits;
+    the last limits asked are compared first (one ``ServerLimits`` per broker: no boxed id
+    nor dict lookup per connect)."""
+    last = _LAST_CONNACKS
+    if last.limits is limits:
+        return last.present if present else last.absent
     entry = _PLAIN_CONNACKS.get(id(limits))
     if entry is None or entry[0] is not limits:  # the entry holds ``limits``: no id reuse
         if len(_PLAIN_CONNACKS) >= 16:
@@ -394,7 +420,22 @@ def _plain_connack(limits: ServerLimits, present: bool) -> bytes:
             encode(Connack(True, 0, props), MQTT_5),
         )
         _PLAIN_CONNACKS[id(limits)] = entry
+    last.limits = limits
+    last.absent = entry[1]
+    last.present = entry[2]
     return entry[2] if present else entry[1]
+
+
+class _LastConnacks:
+    """The limits ``_plain_connack`` was last asked for and their two CONNACKs."""
+
+    def __init__(self) -> None:
+        self.limits: ServerLimits | None = None
+        self.absent = b""
+        self.present = b""
+
+
+_LAST_CONNACKS: Final = _LastConnacks()
 
 
 def refuse_connect(conn: ClientConnection, reason_code: int, reason: str) -> None:

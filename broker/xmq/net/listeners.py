@@ -14,6 +14,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from xmq.config import ListenerConfig
 from xmq.core.auth_ports import Authenticator, Authorizer
@@ -22,6 +23,7 @@ from xmq.core.connection_states import AWAIT_CONNECT
 from xmq.net.admission import ListenerGate, RefusedClientProtocol
 from xmq.net.certificate_auth import CertificateUserAuthenticator
 from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol
+from xmq.net.listener_errors import ListenerStartError as ListenerStartError
 from xmq.net.proxy_accept import HEADER_TIMEOUT_S, ProxyProtocolServer
 from xmq.net.publish_throttle import ThrottledClientProtocol
 from xmq.net.tls_contexts import (
@@ -44,10 +46,6 @@ class BoundListener:
     protocol: str
     host: str
     port: int
-
-
-class ListenerStartError(OSError):
-    """A listener could not start (bind, certificates); the message names it and its address."""
 
 
 MadeHook = Callable[[MqttClientProtocol, asyncio.Transport], None]
@@ -125,7 +123,10 @@ class ListenerSet:
                 backlog=4096,
             )
             self._servers.append(server)
-            sockets = list(server.sockets)
+            # read untyped: uvloop's server gives a list where typeshed says tuple, and this
+            # module is compiled (a typed read checks the type and refused it at start-up)
+            listening: Any = server
+            sockets = list(listening.sockets)
         else:
             # PROXY protocol, or TLS: sockets accepted here and handed to the loop, so that a
             # failed handshake is seen with its socket (its peer logged: HandshakeFailures)
@@ -240,8 +241,10 @@ class ListenerSet:
             self._connect_deadline(client, gate)
 
         def made(client: MqttClientProtocol, transport: asyncio.Transport) -> None:
-            self.clients.add(client)
-            self.idle.clear()
+            clients = self.clients
+            if not clients:  # (``idle`` is set exactly while there are none: one call less)
+                self.idle.clear()
+            clients.add(client)
             if timeout_s > 0:  # the shared wheel: no timer per connection
                 client.on_deadline = on_deadline
                 broker.deadlines.add(client, broker.now() + timeout_s)
