@@ -225,7 +225,8 @@ async def test_a_read_is_confirmed_when_it_is_handled_without_a_task() -> None:
     link, transport = _linked(hub)
     tasks = len(asyncio.all_tasks())
     link.data_received(_publishes(3))
-    assert _acks(link, transport) == [3]  # queued already: it leaves with this tick's writes
+    assert _acks(link, transport) == [3]
+    assert link._out == []  # written at the end of the read: no callback scheduled for it
     assert len(asyncio.all_tasks()) == tasks
     assert (store.flushes, link.ack_pending, link.ack_due) == (0, False, False)
     for _ in range(3):
