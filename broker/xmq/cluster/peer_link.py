@@ -41,7 +41,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from xmq.cluster import link_dispatch
 from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello, shared_ack
@@ -65,13 +65,13 @@ MAX_UNCONFIRMED = 100_000
 """PUBLISH / DIRECT frames kept for a peer that has not confirmed them (bounds memory if it
 stalls; the oldest beyond it are given up, their held acks released)."""
 
-FRAMES_PER_TURN = 512
+FRAMES_PER_TURN: Final = 512
 """Frames of a read handled in one loop turn at most (with at most ``SLICE`` deliveries)."""
 
-WRITE_HIGH = 1 << 20
+WRITE_HIGH: Final = 1 << 20
 """The link's write buffer above which its local publishers are paused (bytes)."""
 
-WRITE_LOW = 256 << 10
+WRITE_LOW: Final = 256 << 10
 """... and below which they are resumed."""
 
 
