@@ -70,6 +70,8 @@ class ClusterHub:
         self.forwarded = 0
         self.received = 0
         self.forward_number = 0  # of the last forward id given (``encode``)
+        self._forward_prefix = ""  # "<node id>/<epoch>/f" of ``_forward_run``
+        self._forward_run: tuple[str, int] = ("", -1)
         # persistent session -> ``forward_number`` when first announced here (DSUB ``since``)
         self._announced_at: dict[str, int] = {}
         # Appends for sessions of dead owners, and what happens when Redis names a new owner.
@@ -382,8 +384,13 @@ class ClusterHub:
         forward_id = message.forward_id
         if not forward_id:
             identity = self.identity
+            node_id, epoch = identity.node_id, identity.epoch
+            run = self._forward_run
+            if epoch != run[1] or node_id != run[0]:  # (the prefix is built once per run)
+                self._forward_run = (node_id, epoch)
+                self._forward_prefix = f"{node_id}/{epoch}/f"
             self.forward_number = number = self.forward_number + 1
-            forward_id = f"{identity.node_id}/{identity.epoch}/f{number}"
+            forward_id = self._forward_prefix + str(number)
             message.forward_id = forward_id  # given once: see Message.forward_id
         return encode_record(
             forward_id,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from xmq.cluster import link_frames as frames
 from xmq.cluster.direct_hold import POLL_S
@@ -38,7 +38,7 @@ Decoded = tuple[Message, int, bool, tuple[int, ...]]
 """message, delivery QoS, delivery retain flag, subscription identifiers"""
 
 
-_MQTT_5 = 5
+_MQTT_5: Final = 5
 
 
 def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
@@ -57,7 +57,7 @@ def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
             remaining = len(topic_field) + len(tail) + (2 if qos else 0)
             first = 0x30 | qos << 1
             if remaining < 0x80:
-                head = bytes((first, remaining)) + topic_field
+                head = (first << 8 | remaining).to_bytes(2, "big") + topic_field
             else:
                 head = bytes((first,)) + encode_varint(remaining) + topic_field
             wire = (head, tail)
@@ -76,7 +76,7 @@ def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
 def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> None:
     node = link.peer_node
     table = hub.table
-    if kind == Kind.PUBLISH:
+    if kind == frames.PUBLISH:
         hub.received += 1
         message = decode_message(hub, body)[0]
         if message.retain and (on_retained := hub.on_retained) is not None:
@@ -96,6 +96,10 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
             routed.routed = partial(_fanned_out, hub, link, routed)
         return
     reader = BodyReader(body)
+    if kind == frames.PUBLISH_ACK:
+        count, reasons = frames.read_publish_ack(reader)
+        link.confirmed(count, reasons)
+        return
     announced = link.announced  # a resumed link's snapshot, until SNAPSHOT_END
     if kind == Kind.ROUTE:
         added = bool(reader.u8())
@@ -141,8 +145,6 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
             _count_in(hub, link)
             if not delivered and stats.quota_drops != quota_drops:
                 link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
-    elif kind == Kind.PUBLISH_ACK:
-        link.confirmed(*frames.read_publish_ack(reader))
     elif kind == Kind.SHARED_ACK:
         out = link.shared_out
         for _ in range(reader.u32()):

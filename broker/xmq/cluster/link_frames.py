@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import Final
 
-_LEN = struct.Struct(">I")
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
-MAX_FRAME = 64 * 1024 * 1024
+MAX_FRAME: Final = 64 * 1024 * 1024
 
 
 class FrameError(ValueError):
@@ -40,17 +40,26 @@ class Kind(enum.IntEnum):
     SNAPSHOT_END = 15  # empty: the sender's route snapshot is complete (FEATURE_SNAPSHOT_END)
 
 
+# The per-message kinds as plain int constants (equal to their ``Kind``; a unit test holds
+# them to it): the compiled build compares an ``int`` with one of these natively, with a
+# ``Kind`` member through a generic rich comparison.
+PUBLISH: Final = 6
+PUBLISH_ACK: Final = 12
+
+
 def _str(value: str) -> bytes:
     data = value.encode()
     return _U16.pack(len(data)) + data
 
 
-_FRAME_HEAD = struct.Struct(">IB")
-
-
-def frame(kind: Kind, *parts: bytes) -> bytes:
+def frame(kind: int, *parts: bytes) -> bytes:
     body = parts[0] if len(parts) == 1 else b"".join(parts)
-    return _FRAME_HEAD.pack(len(body) + 1, kind) + body
+    return _head(kind, len(body)) + body
+
+
+def _head(kind: int, size: int) -> bytes:
+    """``u32 length | u8 kind`` of a frame whose body is ``size`` bytes."""
+    return ((size + 1) << 8 | kind).to_bytes(5, "big")
 
 
 FEATURE_SHARED_COUNTED = 1
@@ -127,7 +136,7 @@ def durable_gone(client_id: str) -> bytes:
 
 
 def publish(record: bytes) -> bytes:
-    return frame(Kind.PUBLISH, record)
+    return _head(PUBLISH, len(record)) + record
 
 
 def shared(sequence: int, group: str, topic_filter: str, record: bytes) -> bytes:
@@ -140,9 +149,12 @@ def publish_ack(count: int, undelivered: list[tuple[int, int]] | None = None) ->
     delivery dropped for a quota (0x97), so the sender's held ack can say so. Older nodes
     read the count only."""
     if not undelivered:
-        return frame(Kind.PUBLISH_ACK, _U64.pack(count))
+        return _PUBLISH_ACK_HEAD + count.to_bytes(8, "big")
     reasons = b"".join(_U64.pack(number) + bytes((reason,)) for number, reason in undelivered)
     return frame(Kind.PUBLISH_ACK, _U64.pack(count), reasons)
+
+
+_PUBLISH_ACK_HEAD: Final = (9 << 8 | PUBLISH_ACK).to_bytes(5, "big")
 
 
 def read_publish_ack(reader: BodyReader) -> tuple[int, dict[int, int] | None]:
@@ -195,32 +207,36 @@ class BodyReader:
         return value
 
     def u32(self) -> int:
-        try:
-            (value,) = _U32.unpack_from(self.buf, self.pos)
-        except struct.error as error:
-            raise FrameError("truncated frame") from error
-        self.pos += 4
-        return int(value)
+        return self._unsigned(4)
 
     def u64(self) -> int:
-        try:
-            (value,) = _U64.unpack_from(self.buf, self.pos)
-        except struct.error as error:
-            raise FrameError("truncated frame") from error
-        self.pos += 8
-        return int(value)
+        return self._unsigned(8)
+
+    def _unsigned(self, size: int) -> int:
+        """A big-endian unsigned integer of ``size`` bytes (read as typed ints, which the
+        compiled build keeps native, not through ``struct``)."""
+        buf = self.buf
+        pos = self.pos
+        end = pos + size
+        if end > len(buf):
+            raise FrameError("truncated frame")
+        value = 0
+        while pos < end:
+            value = value << 8 | buf[pos]
+            pos += 1
+        self.pos = end
+        return value
 
     def text(self) -> str:
-        try:
-            (size,) = _U16.unpack_from(self.buf, self.pos)
-        except struct.error as error:
-            raise FrameError("truncated frame") from error
+        buf = self.buf
         start = self.pos + 2
-        end = start + size
-        if end > len(self.buf):
+        if start > len(buf):
+            raise FrameError("truncated frame")
+        end = start + (buf[start - 2] << 8 | buf[start - 1])
+        if end > len(buf):
             raise FrameError("truncated string")
         self.pos = end
-        return self.buf[start:end].decode()
+        return buf[start:end].decode()
 
     def rest(self) -> bytes:
         data = self.buf[self.pos :]
@@ -245,7 +261,9 @@ class FrameDecoder:
         pos = 0
         end = len(buffer)
         while end - pos >= 5:
-            (size,) = _LEN.unpack_from(buffer, pos)
+            size = (
+                buffer[pos] << 24 | buffer[pos + 1] << 16 | buffer[pos + 2] << 8 | buffer[pos + 3]
+            )
             if size < 1 or size > MAX_FRAME:
                 raise FrameError(f"bad frame length {size}")
             if end - pos - 4 < size:
@@ -263,7 +281,7 @@ class FrameDecoder:
         pos = 0
         end = len(data)
         while end - pos >= 5:
-            (size,) = _LEN.unpack_from(data, pos)
+            size = data[pos] << 24 | data[pos + 1] << 16 | data[pos + 2] << 8 | data[pos + 3]
             if size < 1 or size > MAX_FRAME:
                 raise FrameError(f"bad frame length {size}")
             stop = pos + 4 + size

@@ -27,7 +27,10 @@ per loop turn, and one turn can read a publisher many times (libuv reads a reada
 to 32 times per wake-up while it is not paused: 8 MiB of 256 KiB reads), so the link does not
 wait for the transport: frames of this turn that would take the buffer past ``WRITE_HIGH``
 make it congested at once (``send``); if the turn's write then fits under the mark after all,
-the transport has paused nothing and the publishers are resumed after it.
+the transport has paused nothing and the publishers are resumed after it. The frames that a
+read of the link itself causes on it (its PUBLISH_ACK; after HELLO, RESUME and the route
+snapshot) are written at the end of that read instead, without a scheduled callback: one
+write per read.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from xmq.cluster import link_dispatch
 from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello, shared_ack
@@ -62,13 +65,13 @@ MAX_UNCONFIRMED = 100_000
 """PUBLISH / DIRECT frames kept for a peer that has not confirmed them (bounds memory if it
 stalls; the oldest beyond it are given up, their held acks released)."""
 
-FRAMES_PER_TURN = 512
+FRAMES_PER_TURN: Final = 512
 """Frames of a read handled in one loop turn at most (with at most ``SLICE`` deliveries)."""
 
-WRITE_HIGH = 1 << 20
+WRITE_HIGH: Final = 1 << 20
 """The link's write buffer above which its local publishers are paused (bytes)."""
 
-WRITE_LOW = 256 << 10
+WRITE_LOW: Final = 256 << 10
 """... and below which they are resumed."""
 
 
@@ -205,6 +208,8 @@ class PeerLink(asyncio.Protocol):
             self._reading = False
         if self.ack_due:
             link_dispatch.confirm(self.hub, self)
+        if self._out:  # the frames the read caused on this link (its PUBLISH_ACK): now
+            self._flush()
 
     def _handle(self, frames: list[tuple[int, bytes]]) -> None:
         """Handle ``frames`` in order until one starts a fan-out over later loop turns (the
@@ -354,9 +359,12 @@ class PeerLink(asyncio.Protocol):
         self._out_room -= len(data)
         if self._out_room < 0 and self._paused_publishers is None:
             self._paused_publishers = set()  # congested before the turn's write (``_flush``)
-        if not self._scheduled:
+        if not self._scheduled and not self._reading:  # (a read's: at its end, ``_handle_read``)
             self._scheduled = True
-            self.call_soon(self._flush)
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            loop.call_soon(self._flush)
 
     def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
         """``callback(*args)`` on the next loop turn, in the loop the link runs in: its loop

@@ -38,7 +38,7 @@ window: a client with the server's Receive Maximum of them is not read until one
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from xmq.codec.packets import MQTT_5
 from xmq.codec.reason_codes import ReasonCode
@@ -47,15 +47,15 @@ from xmq.codec.writer import puback_bytes, pubcomp_bytes, pubrec_bytes
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
 
-_PUBACK = 0x40
-_PUBREC = 0x50
-_PUBCOMP = 0x70
+_PUBACK: Final = 0x40
+_PUBREC: Final = 0x50
+_PUBCOMP: Final = 0x70
 _ENCODERS: dict[int, Callable[[int, int, int], bytes]] = {
     _PUBACK: puback_bytes,
     _PUBREC: pubrec_bytes,
     _PUBCOMP: pubcomp_bytes,
 }
-UNSPECIFIED_ERROR = 0x80
+UNSPECIFIED_ERROR: Final = 0x80
 
 
 class HeldAck:

@@ -99,6 +99,7 @@ made without a Python call. (An item is a durable write: kept, never failed fast
 class _Entry:
     __slots__ = (
         "args",
+        "batcher",
         "callback",
         "failing_since",
         "guard",
@@ -107,6 +108,7 @@ class _Entry:
         "payload",
         "retry",
         "script",
+        "sent_at",
     )
 
     def __init__(
@@ -128,6 +130,14 @@ class _Entry:
         self.failing_since = 0.0  # loop time of the first failure (0: none yet)
         self.if_lost: tuple[Any, ...] | None = None  # sent instead after a lost connection
         self.items = items  # a coalesced call: its items, each answered with its element
+        self.batcher: RedisBatcher | None = None  # the batcher it was sent by (``__call__``)
+        self.sent_at = 0.0  # loop time its pipeline was sent, when it ends it (else 0)
+
+    def __call__(self, reply: Any) -> None:
+        """Its reply (the entry is its own reply callback: no closure made per command)."""
+        batcher = self.batcher
+        if batcher is not None:
+            batcher.replied(self, reply)
 
     def rewrite(self, args: tuple[Any, ...]) -> None:
         self.args = args
@@ -432,7 +442,12 @@ class RedisBatcher:
         self._inflight += len(parts)
         self.pipelines += 1
         self.commands += len(parts)
-        callbacks[-1] = self._timed(callbacks[-1])
+        last = callbacks[-1]
+        if type(last) is _Entry:  # the pipeline's last reply also measures its round trip
+            loop = self._loop or asyncio.get_running_loop()  # (set: _flush runs after _arm)
+            last.sent_at = loop.time()
+        else:
+            callbacks[-1] = self._timed(last)
         conn.send(b"".join(parts), callbacks)
 
     def _add_coalesced(
@@ -499,24 +514,30 @@ class RedisBatcher:
         return [holding(callback) for callback in callbacks] + [waited]
 
     def _reply_for(self, entry: _Entry) -> Callback:
-        def reply(value: Any) -> None:
-            self._inflight -= 1
-            if isinstance(value, Exception):
-                self._error_reply(entry, value)
-            else:
-                if self._backoff_s != BACKOFF_FIRST_S:
-                    self._backoff_s = BACKOFF_FIRST_S  # Redis answers again
-                if entry.failing_since:
-                    self.stats.recovered += 1
-                _answer(entry, value)
-            if not self._inflight:
-                if self._pending:
-                    if not self._armed:
-                        self._arm()  # the batch is answered: what queued meanwhile goes now
-                elif not self._retrying:
-                    self._idle = True
+        entry.batcher = self
+        entry.sent_at = 0.0  # (set again if it ends the pipeline)
+        return entry  # its reply comes to ``replied``
 
-        return reply
+    def replied(self, entry: _Entry, value: Any) -> None:
+        """The reply of a command this batcher sent (``_Entry.__call__``)."""
+        if entry.sent_at:  # it ended its pipeline: the round trip
+            loop = self._loop or asyncio.get_running_loop()
+            self.stats.round_trip(loop.time() - entry.sent_at)
+        self._inflight -= 1
+        if isinstance(value, Exception):
+            self._error_reply(entry, value)
+        else:
+            if self._backoff_s != BACKOFF_FIRST_S:
+                self._backoff_s = BACKOFF_FIRST_S  # Redis answers again
+            if entry.failing_since:
+                self.stats.recovered += 1
+            _answer(entry, value)
+        if not self._inflight:
+            if self._pending:
+                if not self._armed:
+                    self._arm()  # the batch is answered: what queued meanwhile goes now
+            elif not self._retrying:
+                self._idle = True
 
     def _error_reply(self, entry: _Entry, error: Exception) -> None:
         """An error reply or a lost connection: sent again when it may pass, else given up."""

@@ -39,7 +39,6 @@ on in the same script as its ``SREM`` (``RELEASE_INBOUND_ID``).
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -120,7 +119,9 @@ class RedisSessionStore:
         self.records = 0
         self.failed = 0  # writes given up (their acks were refused)
         self.duplicates = 0  # records not made: the session had the message's id queued
-        self._ids = itertools.count(1)
+        self._last_id = 0  # of the records given an id of this node's own (``new_record``)
+        self._id_prefix = ""  # "<node id>/<epoch>/" of ``_id_run`` (the run's record ids)
+        self._id_run: tuple[str, int] = ("", -1)
         self._paused: set[SessionClient] = set()
         self.seen_ttl_ms = seen_ttl_ms
         # (client id, forward id) of the latest forwarded records made here (or read back by
@@ -151,7 +152,13 @@ class RedisSessionStore:
         every queue holding it shares (``core.delivery_queue``), not one per session."""
         if not record_id:
             identity = self.identity
-            record_id = f"{identity.node_id}/{identity.epoch}/{next(self._ids)}"
+            node_id, epoch = identity.node_id, identity.epoch
+            run = self._id_run
+            if epoch != run[1] or node_id != run[0]:  # (the prefix is built once per run)
+                self._id_run = (node_id, epoch)
+                self._id_prefix = f"{node_id}/{epoch}/"
+            self._last_id = number = self._last_id + 1
+            record_id = self._id_prefix + str(number)
         else:
             last = self._last_record
             if (

@@ -74,6 +74,9 @@ class Transport:
     def writelines(self, data: list[bytes]) -> None:
         self.written.extend(data)
 
+    def get_write_buffer_size(self) -> int:
+        return 0  # (written at once)
+
 
 def _with_persistent_session(hub: ClusterHub, node: str, client_id: str, topic: str) -> None:
     hub.table.route(node, topic, True)

@@ -50,6 +50,28 @@ def test_frame_bytes_are_unchanged(parts: tuple[bytes, ...]) -> None:
     assert frames.publish_ack(7) == _reference_frame(Kind.PUBLISH_ACK, (7).to_bytes(8, "big"))
 
 
+def test_the_per_message_kind_constants_are_their_kinds() -> None:
+    assert (frames.PUBLISH, frames.PUBLISH_ACK) == (Kind.PUBLISH, Kind.PUBLISH_ACK)
+
+
+@given(st.binary(max_size=300), st.integers(0, 2**64 - 1))
+def test_publish_and_publish_ack_frames_are_the_generic_ones(record: bytes, count: int) -> None:
+    assert frames.publish(record) == _reference_frame(Kind.PUBLISH, record)
+    assert frames.publish_ack(count) == _reference_frame(Kind.PUBLISH_ACK, count.to_bytes(8, "big"))
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1), st.text(max_size=40))
+def test_the_body_reader_reads_what_struct_wrote(u32: int, u64: int, text: str) -> None:
+    data = text.encode()
+    body = struct.pack(">IQH", u32, u64, len(data)) + data + b"\x07"
+    reader = frames.BodyReader(body)
+    assert (reader.u32(), reader.u64(), reader.text(), reader.u8()) == (u32, u64, text, 7)
+    for cut in range(len(body) - 1):  # every truncation is refused, never misread
+        short = frames.BodyReader(body[:cut])
+        with pytest.raises(frames.FrameError):
+            short.u32(), short.u64(), short.text(), short.u8()
+
+
 bodies = st.lists(st.tuples(st.integers(1, 12), st.binary(max_size=40)), min_size=1, max_size=8)
 
 
@@ -203,7 +225,8 @@ async def test_a_read_is_confirmed_when_it_is_handled_without_a_task() -> None:
     link, transport = _linked(hub)
     tasks = len(asyncio.all_tasks())
     link.data_received(_publishes(3))
-    assert _acks(link, transport) == [3]  # queued already: it leaves with this tick's writes
+    assert _acks(link, transport) == [3]
+    assert link._out == []  # written at the end of the read: no callback scheduled for it
     assert len(asyncio.all_tasks()) == tasks
     assert (store.flushes, link.ack_pending, link.ack_due) == (0, False, False)
     for _ in range(3):

@@ -139,3 +139,58 @@ def test_any_bytes_are_decoded_or_refused_as_before(noise: bytes, raw: bytes, cu
 def test_a_memoryview_is_decoded_like_bytes() -> None:
     raw = encode_record("n/1/f2", "a/b", b"xyz", 1, False, None, "o", 1, False)
     assert decode_record(memoryview(raw)) == decode_record(raw)
+
+
+def _reference_encode(
+    record_id: str,
+    topic: str,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    origin: str | None,
+    delivery_qos: int,
+    delivery_retain: bool,
+) -> bytes:
+    """The record encoder as it was (``struct``) before the typed-int one, without properties
+    and subscription ids (the parts it shares with the generic encoders)."""
+    flags = delivery_qos | (4 if delivery_retain else 0) | (8 if retain else 0)
+    rid, org, top = record_id.encode(), (origin or "").encode(), topic.encode()
+    return b"".join(
+        (
+            struct.pack(">BBBB", 1, flags, qos, len(rid)),
+            rid,
+            _U16.pack(len(org)),
+            org,
+            _U16.pack(len(top)),
+            top,
+            b"\x00\x00",
+            payload,
+        )
+    )
+
+
+@given(
+    st.text(max_size=60),  # (at most 240 bytes: an id fits its u8 length)
+    st.text(max_size=300),
+    st.binary(max_size=300),
+    st.integers(0, 2),
+    st.booleans(),
+    st.none() | st.text(max_size=300),
+    st.integers(0, 2),
+    st.booleans(),
+)
+def test_records_are_encoded_byte_for_byte_as_before(
+    record_id: str,
+    topic: str,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    origin: str | None,
+    delivery_qos: int,
+    delivery_retain: bool,
+) -> None:
+    args = (record_id, topic, payload, qos, retain, origin, delivery_qos, delivery_retain)
+    got = encode_record(
+        record_id, topic, payload, qos, retain, None, origin, delivery_qos, delivery_retain
+    )
+    assert got == _reference_encode(*args)

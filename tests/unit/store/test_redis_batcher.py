@@ -82,6 +82,23 @@ async def test_one_write_per_tick(server: RedisServer) -> None:
 
 
 @pytest.mark.integration
+async def test_each_pipeline_s_round_trip_is_measured_once(server: RedisServer) -> None:
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    before = batcher.stats.rtt_count
+    replies: list[Any] = []
+    for turn in range(3):
+        for n in range(4):
+            batcher.command("RPUSH", "timed", n, callback=replies.append)
+        await batcher.flush()  # (a pipeline of the 4 and the PING behind them, per turn)
+        assert batcher.stats.rtt_count - before == turn + 1
+    assert batcher.pipelines == 3
+    assert len(replies) == 12
+    assert batcher.stats.rtt_total > 0.0
+    await batcher.close()
+
+
+@pytest.mark.integration
 async def test_commands_queued_while_a_batch_is_out_share_the_next_write(
     server: RedisServer,
 ) -> None:
