@@ -79,6 +79,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.cluster.cluster_hub",
     "xmq.core.durable_context",
     "xmq.cluster.route_table",
+    "xmq.core.client_link",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

@@ -34,6 +34,7 @@ from xmq.codec.puback_batch import plain_puback_ids
 from xmq.codec.reader import PacketReader
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
+from xmq.core.client_link import ClientLink
 from xmq.core.connection import ClientConnection
 from xmq.core.connection_states import CONNECTED
 from xmq.core.publish_flow import route_publish
@@ -89,8 +90,10 @@ class FlushScheduler:
             link.flush()
 
 
-class MqttClientProtocol(asyncio.Protocol):
-    """One client connection (implements the core's ``ClientLink`` port)."""
+class MqttClientProtocol(ClientLink):
+    """One client connection: an asyncio protocol (duck-typed: asyncio and uvloop call its
+    methods by name) implementing the core's ``ClientLink`` (a compiled base class, so the
+    core's writes are direct calls)."""
 
     __slots__ = (
         "_clock",
@@ -109,7 +112,6 @@ class MqttClientProtocol(asyncio.Protocol):
         "_stats",
         "_transport",
         "_write_limit",
-        "congested",
         "conn",
         "on_close",
         "on_deadline",
@@ -403,10 +405,7 @@ class MqttClientProtocol(asyncio.Protocol):
         if not out:
             self._scheduler.mark(self)
         # the packet made by two concatenations of bytes (compiled, a C copy each), one item
-        if packet_id:
-            packet = head + packet_id.to_bytes(2, "big") + tail
-        else:
-            packet = head + tail
+        packet = head + packet_id.to_bytes(2, "big") + tail if packet_id else head + tail
         out.append(packet)
         self._out_size += len(packet)
 
@@ -420,10 +419,7 @@ class MqttClientProtocol(asyncio.Protocol):
             size = self._out_size
             self._stats.bytes_sent += size
             self._out_size = 0
-            if len(out) == 1:
-                data = out[0]
-            else:
-                data = b"".join(out)
+            data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()  # (the list is kept: the transport holds the bytes, not the list)
             transport.write(data)
 
