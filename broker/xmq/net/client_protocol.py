@@ -62,6 +62,15 @@ _NO_PACKETS: list[Packet] = []
 """The packets a new read starts with (read, never changed)."""
 
 
+def _no_transport() -> bool:
+    """``is_closing`` before the transport is up: nothing can be written yet."""
+    return True
+
+
+def _no_transport_write(data: bytes) -> None:
+    raise RuntimeError("no transport yet")
+
+
 class FlushScheduler:
     """Writes every connection's pending output once per event-loop tick."""
 
@@ -111,6 +120,8 @@ class MqttClientProtocol(ClientLink):
         "_scheduler",
         "_stats",
         "_transport",
+        "_transport_closing",
+        "_transport_write",
         "_write_limit",
         "conn",
         "on_close",
@@ -130,6 +141,10 @@ class MqttClientProtocol(ClientLink):
         on_close: Callable[[MqttClientProtocol], None] | None = None,
     ) -> None:
         self._transport: asyncio.Transport | None = None
+        # the transport's ``write`` and ``is_closing``, bound once (``flush``, once a turn with
+        # output): a method call on the transport looked the method up each time
+        self._transport_write: Callable[[bytes], object] = _no_transport_write
+        self._transport_closing: Callable[[], bool] = _no_transport
         self._scheduler = scheduler
         self._out: list[bytes] = []  # what this turn wrote, flushed once (``FlushScheduler``)
         self._out_size = 0
@@ -184,6 +199,8 @@ class MqttClientProtocol(ClientLink):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self._transport = transport
+        self._transport_write = transport.write
+        self._transport_closing = transport.is_closing
         # The peer's address is not formatted here: only a log line or an authenticator that
         # uses it asks for it (``peer``); most connections never do.
         # No TCP_NODELAY here: asyncio and uvloop set it on every TCP transport they create
@@ -414,14 +431,12 @@ class MqttClientProtocol(ClientLink):
 
     def flush(self) -> None:
         out = self._out
-        transport = self._transport
-        if out and transport is not None and not transport.is_closing():
-            size = self._out_size
-            self._stats.bytes_sent += size
+        if out and not self._transport_closing():  # (no transport yet: "closing")
+            self._stats.bytes_sent += self._out_size
             self._out_size = 0
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()  # (the list is kept: the transport holds the bytes, not the list)
-            transport.write(data)
+            self._transport_write(data)
 
     def _drop_output(self) -> None:
         self._out.clear()
