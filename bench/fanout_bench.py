@@ -17,15 +17,18 @@ import time
 from xmq.codec.packets import Connect, Subscribe, SubscriptionRequest
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
+from xmq.core.client_link import ClientLink
 from xmq.core.connection import ClientConnection
 from xmq.core.message import Message
 from xmq.core.settings import CoreSettings
 
 
-class SinkLink:
+class SinkLink(ClientLink):
     """A ClientLink that keeps the bytes it is given (stands in for the socket)."""
 
-    __slots__ = ("congested", "out", "peer")
+    __slots__ = ("out", "peer")  # (``congested`` is the compiled base's field)
+
+    peer: str
 
     def __init__(self) -> None:
         self.congested = False

@@ -46,12 +46,15 @@ from xmq.codec.packets import (  # noqa: E402
 from xmq.codec.properties import Properties  # noqa: E402
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator  # noqa: E402
 from xmq.core.broker import Broker  # noqa: E402
+from xmq.core.client_link import ClientLink  # noqa: E402
 from xmq.core.connection import ClientConnection  # noqa: E402
 from xmq.core.settings import CoreSettings  # noqa: E402
 
 
-class _Link:
-    __slots__ = ("closed", "congested", "peer")
+class _Link(ClientLink):
+    __slots__ = ("closed", "peer")  # (``congested`` is the compiled base's field)
+
+    peer: str
 
     def __init__(self) -> None:
         self.peer = "127.0.0.1:1"

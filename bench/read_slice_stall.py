@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "broker"))
 
@@ -113,7 +114,10 @@ async def _run(kind: str, size: int) -> tuple[float, float, int, float, float, i
     scheduler = FlushScheduler(loop)
     authenticator = AnonymousAuthenticator()
     server = await loop.create_server(
-        lambda: MqttClientProtocol(broker, authenticator, AllowAll(), scheduler, 1 << 20),
+        lambda: cast(  # duck-typed: an asyncio protocol by its methods
+            asyncio.Protocol,
+            MqttClientProtocol(broker, authenticator, AllowAll(), scheduler, 1 << 20),
+        ),
         "127.0.0.1",
         0,
     )

@@ -83,6 +83,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.auth_records",
     "xmq.net.listeners",
     "xmq.core.session_access",
+    "xmq.core.client_link",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

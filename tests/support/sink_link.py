@@ -9,13 +9,16 @@ from xmq.codec.packets import MQTT_5, Connect, Packet
 from xmq.codec.reader import PacketReader
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
+from xmq.core.client_link import ClientLink
 from xmq.core.connection import ClientConnection
 
 
-class SinkLink:
-    """Keeps what the core writes; decodes it on demand."""
+class SinkLink(ClientLink):
+    """Keeps what the core writes; decodes it on demand (``congested`` is the base's field)."""
 
-    __slots__ = ("closed", "congested", "out", "peer", "reader")
+    __slots__ = ("closed", "out", "peer", "reader")
+
+    peer: str  # (a plain attribute here, the base's read-only property overridden)
 
     def __init__(self) -> None:
         self.out = bytearray()

@@ -419,12 +419,7 @@ class ClientConnection(SessionClient):
         self.link.write_publish(head, packet_id, tail)
         stats = self.broker.stats
         stats.messages_sent += 1
-        # ``by_qos[qos] = by_qos[qos] + n``: compiled, a native int addition; the augmented
-        # ``by_qos[qos] += n`` of a list item is a generic ``PyNumber_InPlaceAdd``
-        by_qos = stats.sent_by_qos
-        by_qos[qos] = by_qos[qos] + 1
-        by_qos = stats.sent_bytes_by_qos
-        by_qos[qos] = by_qos[qos] + len(message.payload)
+        stats.count_sent(qos, len(message.payload))
         return True
 
     def accepts_qos0(self) -> bool:

@@ -86,10 +86,7 @@ def route_publish(
     stats = broker.stats
     received = stats.messages_received + 1
     stats.messages_received = received
-    by_qos = stats.received_by_qos  # (a native addition, not ``by_qos[qos] += 1``: see
-    by_qos[qos] = by_qos[qos] + 1  # ``ClientConnection.send_publish``)
-    by_qos = stats.received_bytes_by_qos
-    by_qos[qos] = by_qos[qos] + len(payload)
+    stats.count_received(qos, len(payload))
     limits = broker.settings.limits
     if qos > limits.maximum_qos:
         conn.close_with(ReasonCode.QOS_NOT_SUPPORTED, "QoS not supported")

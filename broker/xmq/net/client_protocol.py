@@ -11,9 +11,13 @@ packet further on is answered when it is reached, after the packets before it). 
 whose own fan-out is routed over several turns (``core.fanout_slices``;
 ``ClientConnection.fanning_out``) holds the rest of the read the same way until its last
 slice. Packets keep their order.
-Output is appended to one ``bytearray`` per connection and written once per loop tick for all
+Output is kept as a list of ``bytes`` per connection and written once per loop tick for all
 connections that have output (``FlushScheduler``), so a burst of deliveries to one client costs
-one ``write`` system call.
+one ``write`` system call. A turn's single packet (the common case: a PUBACK, one PUBLISH) is
+handed to the transport as the very ``bytes`` object the core made, several are joined once:
+uvloop's ``write`` takes ``bytes`` as they are, where a ``bytearray`` cost it a ``memoryview``
+and a ``cast('b')`` call per write (~1,100 instructions), on top of a new ``bytearray`` per
+connection per turn.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from xmq.codec.puback_batch import plain_puback_ids
 from xmq.codec.reader import PacketReader
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
+from xmq.core.client_link import ClientLink
 from xmq.core.connection import ClientConnection
 from xmq.core.connection_states import CONNECTED
 from xmq.core.publish_flow import route_publish
@@ -55,6 +60,15 @@ bytes until a later turn reaches it."""
 
 _NO_PACKETS: list[Packet] = []
 """The packets a new read starts with (read, never changed)."""
+
+
+def _no_transport() -> bool:
+    """``is_closing`` before the transport is up: nothing can be written yet."""
+    return True
+
+
+def _no_transport_write(data: bytes) -> None:
+    raise RuntimeError("no transport yet")
 
 
 class FlushScheduler:
@@ -85,8 +99,10 @@ class FlushScheduler:
             link.flush()
 
 
-class MqttClientProtocol(asyncio.Protocol):
-    """One client connection (implements the core's ``ClientLink`` port)."""
+class MqttClientProtocol(ClientLink):
+    """One client connection: an asyncio protocol (duck-typed: asyncio and uvloop call its
+    methods by name) implementing the core's ``ClientLink`` (a compiled base class, so the
+    core's writes are direct calls)."""
 
     __slots__ = (
         "_clock",
@@ -98,13 +114,15 @@ class MqttClientProtocol(asyncio.Protocol):
         "_held",
         "_linger",
         "_out",
+        "_out_size",
         "_paused_writing",
         "_peer",
         "_scheduler",
         "_stats",
         "_transport",
+        "_transport_closing",
+        "_transport_write",
         "_write_limit",
-        "congested",
         "conn",
         "on_close",
         "on_deadline",
@@ -123,8 +141,13 @@ class MqttClientProtocol(asyncio.Protocol):
         on_close: Callable[[MqttClientProtocol], None] | None = None,
     ) -> None:
         self._transport: asyncio.Transport | None = None
+        # the transport's ``write`` and ``is_closing``, bound once (``flush``, once a turn with
+        # output): a method call on the transport looked the method up each time
+        self._transport_write: Callable[[bytes], object] = _no_transport_write
+        self._transport_closing: Callable[[], bool] = _no_transport
         self._scheduler = scheduler
-        self._out = bytearray()
+        self._out: list[bytes] = []  # what this turn wrote, flushed once (``FlushScheduler``)
+        self._out_size = 0
         self._closing = False
         self._linger: asyncio.TimerHandle | None = None
         self._paused_writing = False
@@ -176,6 +199,8 @@ class MqttClientProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self._transport = transport
+        self._transport_write = transport.write
+        self._transport_closing = transport.is_closing
         # The peer's address is not formatted here: only a log line or an authenticator that
         # uses it asks for it (``peer``); most connections never do.
         # No TCP_NODELAY here: asyncio and uvloop set it on every TCP transport they create
@@ -363,7 +388,7 @@ class MqttClientProtocol(asyncio.Protocol):
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
-        self._out = bytearray()
+        self._drop_output()
         self.conn.connection_lost()
         if self.on_close is not None:
             self.on_close(self)
@@ -387,7 +412,8 @@ class MqttClientProtocol(asyncio.Protocol):
         out = self._out
         if not out:
             self._scheduler.mark(self)
-        out += data
+        out.append(data)
+        self._out_size += len(data)
 
     def write_publish(self, head: bytes, packet_id: int, tail: bytes) -> None:
         if self._closing:
@@ -395,24 +421,26 @@ class MqttClientProtocol(asyncio.Protocol):
         out = self._out
         if not out:
             self._scheduler.mark(self)
-        # one append of the packet made by two concatenations of bytes (compiled, a C copy
-        # each): an append to the bytearray (``+=``) is a generic ``PyNumber_InPlaceAdd``
-        # through the buffer protocol, ~330 instructions each, three a PUBLISH before
-        if packet_id:
-            out += head + packet_id.to_bytes(2, "big") + tail
-        else:
-            out += head + tail
+        # the packet made by two concatenations of bytes (compiled, a C copy each), one item
+        packet = head + packet_id.to_bytes(2, "big") + tail if packet_id else head + tail
+        out.append(packet)
+        self._out_size += len(packet)
 
     def writable(self) -> bool:
-        return not self._paused_writing and len(self._out) < self._write_limit
+        return not self._paused_writing and self._out_size < self._write_limit
 
     def flush(self) -> None:
         out = self._out
-        transport = self._transport
-        if out and transport is not None and not transport.is_closing():
-            self._out = bytearray()
-            self._stats.bytes_sent += len(out)
-            transport.write(out)
+        if out and not self._transport_closing():  # (no transport yet: "closing")
+            self._stats.bytes_sent += self._out_size
+            self._out_size = 0
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()  # (the list is kept: the transport holds the bytes, not the list)
+            self._transport_write(data)
+
+    def _drop_output(self) -> None:
+        self._out.clear()
+        self._out_size = 0
 
     def close(self) -> None:
         if self._closing:
@@ -434,7 +462,7 @@ class MqttClientProtocol(asyncio.Protocol):
 
     def abort(self) -> None:
         self._closing = True
-        self._out = bytearray()
+        self._drop_output()
         if self._transport is not None:
             self._transport.abort()
 

@@ -14,7 +14,7 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from xmq.config import ListenerConfig
 from xmq.core.auth_ports import Authenticator, Authorizer
@@ -185,7 +185,8 @@ class ListenerSet:
         client = self._new_client(spec, gate, peer)
         if spec.protocol in ("ws", "wss"):
             return WebSocketProtocol(client, spec.ws_path, spec.connect_timeout_s)
-        return client
+        # duck-typed: an asyncio protocol by its methods, a compiled ``ClientLink`` by class
+        return cast(asyncio.Protocol, client)
 
     def _new_client(
         self, spec: ListenerConfig, gate: ListenerGate, peer: str | None

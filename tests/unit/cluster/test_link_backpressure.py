@@ -138,7 +138,7 @@ async def test_many_small_frames_go_frames_per_turn() -> None:
     assert _confirmed(wire) == count
 
 
-class _ClientLink:
+class _ClientLink(ClientLink):
     def __init__(self) -> None:
         self.paused = False
 
@@ -155,8 +155,7 @@ class _Client:
 
     def __init__(self, broker: Broker) -> None:
         self.link = _ClientLink()
-        link = cast(ClientLink, self.link)
-        self.conn = ClientConnection(broker, link, AnonymousAuthenticator(), AllowAll())
+        self.conn = ClientConnection(broker, self.link, AnonymousAuthenticator(), AllowAll())
 
 
 async def test_a_congested_link_pauses_the_publishers_it_forwards_for() -> None:

@@ -11,6 +11,7 @@ from xmq.codec.packets import Connect, Pingreq
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
+from xmq.core.client_link import ClientLink
 from xmq.core.connection import ClientConnection
 from xmq.core.connection_states import CLOSED, CONNECTED
 from xmq.core.deadline_wheel import DeadlineWheel
@@ -30,11 +31,12 @@ class _Client:
         return deadline
 
 
-class _Link:
+class _Link(ClientLink):
+    peer = "127.0.0.1:1"
+
     def __init__(self) -> None:
         self.out = bytearray()
         self.closed = False
-        self.peer = "127.0.0.1:1"
         self.congested = False
 
     def write(self, data: bytes) -> None:

@@ -75,9 +75,10 @@ def test_reason_names() -> None:
 def test_messages_by_qos_and_drops_by_reason() -> None:
     broker = Broker(CoreSettings())
     stats = broker.stats
-    stats.received_by_qos[1] += 5
-    stats.sent_by_qos[2] += 4
-    stats.sent_bytes_by_qos[2] += 64
+    for _ in range(5):
+        stats.count_received(1, 0)
+    for _ in range(4):
+        stats.count_sent(2, 16)
     stats.drop("queue_full")
     stats.drop("queue_full")
     stats.drop("memory_budget")
