@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -24,10 +25,13 @@ OPTIONS = CommonOptions(duration_s=2.0, warmup_s=0.0, drain_s=10.0, interval_s=0
 @pytest.fixture(scope="module")
 def xmq_broker() -> Iterator[tuple[Target, int]]:
     port = free_port()
+    # its HTTP endpoint on any free port: the default (9090) may be another broker's
+    env = {**os.environ, "XMQ_METRICS__PORT": "0"}
     process = subprocess.Popen(
         [sys.executable, "-m", "xmq", "serve", "--host", "127.0.0.1", "--port", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 30
