@@ -86,6 +86,7 @@ class ClusterHub:
         self.on_retained: Callable[[str, str, str], None] | None = None
         self.on_retained_written: Callable[[str, str, str, int], None] | None = None
         self.on_link_lost: Callable[[str], None] | None = None
+        self._written_unsent: dict[str, list[bytes]] = {}  # for links down, to be resumed
         # Whether a run of a node holds its lease (membership's last read; wired by the app).
         # A link to a live run that drops is dialled again and resumed, not orphaned.
         self.peer_alive: Callable[[str, int], bool] = lambda node, epoch: False
@@ -256,6 +257,7 @@ class ClusterHub:
     def drop_link(self, link: PeerLink, orphan: bool) -> None:
         if self.links.get(link.peer_node) is link:
             del self.links[link.peer_node]
+        self._written_unsent.pop(link.peer_node, None)
         if (lost := self.on_link_lost) is not None:
             lost(link.peer_node)
         fresh = self.table.forget_node(
@@ -459,11 +461,20 @@ class ClusterHub:
         """A retained change forwarded from here is written to Redis (``revision``; 0: not
         stored): RETAINED_WRITTEN to the peers that read it (after its PUBLISH: one link)."""
         data = b""
-        for link in self.links.values():
+        for node, link in self.links.items():
             if link.retained_written:
                 if not data:
                     data = frames.retained_written(topic, forward_id, revision)
-                link.send(data)
+                if link.closed:  # dropped, to be resumed: after the frames it sends again
+                    self._written_unsent.setdefault(node, []).append(data)
+                else:
+                    link.send(data)
+
+    def resumed(self, link: PeerLink) -> None:
+        """The peer's RESUME is handled (the frames it had not handled sent again): the
+        RETAINED_WRITTEN frames kept while the link was down follow them."""
+        for data in self._written_unsent.pop(link.peer_node, ()):
+            link.send(data)
 
     def has_shared(self, group: str, topic_filter: str) -> bool:
         found = self.table.shares.get_group(group, topic_filter)

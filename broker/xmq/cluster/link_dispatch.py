@@ -165,6 +165,7 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         pass  # heard (``PeerLink.last_heard``)
     elif kind == Kind.RESUME:
         hub.recovery.resume(link, reader.u64())
+        hub.resumed(link)
     elif kind == Kind.RETAINED_WRITTEN:
         topic, forward_id, revision = reader.text(), reader.text(), reader.u64()
         if (on_written := hub.on_retained_written) is not None:

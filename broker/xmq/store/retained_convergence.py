@@ -11,8 +11,9 @@ node knows whether it holds Redis's value:
 - the change it holds last got revision r, and no announced revision of the topic is higher:
   it holds Redis's (the common case, one change at a time: nothing more happens);
 - a higher revision was announced (possibly of a change applied before, here or long ago:
-  ``revisions``), or the held change was not stored while other changes overlapped it, or a
-  peer's link was lost before it announced: the topic is re-read from Redis.
+  ``revisions``; or of a change never applied here, lost with a link), or the held change was
+  not stored while other changes overlapped it, or a peer's link was lost before it announced:
+  the topic is re-read from Redis.
 
 Memory: one entry per topic with changes in flight, removed as they settle; announcements
 that overtook their change (a PUBLISH sent again on a resumed link) wait in ``early``, at most
@@ -84,11 +85,17 @@ class RetainedConvergence:
             self.revisions[topic] = revision
         entry = self.pending.get(topic)
         if entry is None or change not in entry.waiting:
-            # its change not applied here (yet): kept for when it comes
+            # its change not applied here: lost with a link (or still to come, sent again on
+            # a resumed link: kept for then). Newer than what this node knows: re-read.
             early = self.early
             early[change] = revision
             if len(early) > EARLY_KEPT:
                 del early[next(iter(early))]
+            if revision <= known:
+                return False
+            if entry is None:
+                return True
+            entry.lost = True  # when the changes in flight settle
             return False
         entry.waiting.discard(change)
         if change == entry.held:

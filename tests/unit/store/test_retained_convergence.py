@@ -77,7 +77,7 @@ def test_a_lost_link_ends_the_wait_with_a_re_read() -> None:
 
 
 def test_an_announcement_that_overtook_its_change_waits_for_it_bounded() -> None:
-    node = RetainedConvergence({})
+    node = RetainedConvergence({"t": 5})
     assert not node.written("t", PEER, 5)  # (its PUBLISH sent again on a resumed link)
     assert node.early == {PEER: 5}
     assert not node.applied("t", PEER)  # already announced: nothing to wait for
@@ -85,6 +85,14 @@ def test_an_announcement_that_overtook_its_change_waits_for_it_bounded() -> None
     for n in range(EARLY_KEPT + 10):
         node.written("t", ("node-2", f"f{n}"), 6 + n)
     assert len(node.early) == EARLY_KEPT
+
+
+def test_an_announced_change_never_applied_here_and_newer_is_re_read() -> None:
+    node = RetainedConvergence({"t": 5})
+    assert node.written("t", PEER, 6)  # its PUBLISH lost with a link: Redis has it
+    node.applied("t", OWN)
+    assert not node.written("t", ("node-3", "f9"), 8)  # (in flight here: once they settle)
+    assert node.written("t", OWN, 7)
 
 
 def test_a_change_from_a_node_that_announces_nothing_is_left_to_redis() -> None:
@@ -130,3 +138,30 @@ async def test_retained_written_goes_to_the_peers_that_read_it_and_is_handed_on(
     assert old_wire.sent == b""  # an older node: it would refuse the unknown kind
     newer.data_received(frames.retained_written("t", "node-2/7/f4", 11))
     assert heard == [("node-2", "t", "node-2/7/f4", 11)]
+
+
+async def test_retained_written_while_a_link_is_down_follows_its_resume() -> None:
+    hub = ClusterHub(Broker(CoreSettings()), NodeIdentity("node-1", 3, online=True), None)
+    hub.peer_alive = lambda node, epoch: True  # the peer lives: its link is resumed
+    lost: list[str] = []
+    hub.on_link_lost = lost.append
+    link, wire = await _linked(hub, "node-2", frames.FEATURES)
+    wire.closed = True
+    link.connection_lost(ConnectionResetError())
+    for task in list(hub._tasks):
+        task.cancel()  # its re-dial: the test links again itself
+    assert lost == ["node-2"] and hub.links["node-2"] is link
+    hub.retained_written("t", "node-1/3/f1", 9)  # nowhere to go yet
+    again = PeerLink(hub)
+    again_wire = RecordingTransport()
+    again.connection_made(cast(asyncio.Transport, again_wire))
+    again.data_received(frames.hello("node-2", 7, frames.FEATURES))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    kinds = [kind for kind, _ in FrameDecoder().feed(bytes(again_wire.sent))]
+    assert Kind.RETAINED_WRITTEN not in kinds
+    again.data_received(frames.resume(0))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    kinds = [kind for kind, _ in FrameDecoder().feed(bytes(again_wire.sent))]
+    assert kinds[-1] == Kind.RETAINED_WRITTEN
