@@ -63,6 +63,15 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
             "unlinked_owner": orphans.unlinked,
         }
 
+    def retained() -> dict[str, float]:
+        sync = cluster.retained
+        return {
+            "written": sync.written,
+            "failed": sync.failures,
+            "reread": sync.rereads,
+            "pending_topics": len(sync.convergence.pending),
+        }
+
     def fence() -> dict[str, float]:
         return {"reads_held": broker.fence.holds, "waiting": broker.fence.waiting}
 
@@ -147,6 +156,14 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
             "kind",
             lambda: dict(hub.takeovers.counts),
             kind="counter",
+        ),
+        LabelledSource(
+            "xmq_cluster_retained",
+            "Retained changes written to Redis and not stored (counters), topics re-read after "
+            "changes of them on several nodes at once (counter), topics with changes not "
+            "announced as written yet (gauge-like).",
+            "kind",
+            retained,
         ),
         LabelledSource(
             "xmq_cluster_fence",

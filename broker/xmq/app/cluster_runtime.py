@@ -138,7 +138,10 @@ class ClusterRuntime:
         if cluster.link_tls is not None:
             self.hub.link_tls = link_tls_contexts(cluster.link_tls)
         self.retained = RedisRetainedSync(self.batcher, self.keys, broker.retained, loop_clock)
-        self.hub.on_retained = self.retained.touched
+        self.hub.on_retained = self.retained.peer_changed
+        self.hub.on_retained_written = self.retained.peer_written
+        self.hub.on_link_lost = self.retained.peer_lost
+        self.retained.announce = self.hub.retained_written
         hub = self.hub
         identity = self.identity
 

@@ -80,8 +80,13 @@ class ClusterHub:
         self.direct = DirectHold(broker, self.orphans.not_here, 2 * identity.lease_ttl_s + 5.0)
         # Messages for a session's new owner not linked yet (a node that has just started).
         self.link_wait = LinkWait(self.orphans.append_for, identity.lease_ttl_s + 5.0)
-        # Told the topic of each retained change a peer sends (while retained messages load).
-        self.on_retained: Callable[[str], None] | None = None
+        # Told each retained change a peer sends: topic, node, forward id (node "": a peer
+        # that sends no RETAINED_WRITTEN); each RETAINED_WRITTEN (node, topic, forward id,
+        # revision); and each link to a node lost (``store.retained_sync``, wired by the app).
+        self.on_retained: Callable[[str, str, str], None] | None = None
+        self.on_retained_written: Callable[[str, str, str, int], None] | None = None
+        self.on_link_lost: Callable[[str], None] | None = None
+        self._written_unsent: dict[str, list[bytes]] = {}  # for links down, to be resumed
         # Whether a run of a node holds its lease (membership's last read; wired by the app).
         # A link to a live run that drops is dialled again and resumed, not orphaned.
         self.peer_alive: Callable[[str, int], bool] = lambda node, epoch: False
@@ -183,6 +188,7 @@ class ClusterHub:
         link.resumable = bool(bits & frames.FEATURE_RESUME)
         link.heartbeat = bool(bits & frames.FEATURE_HEARTBEAT)
         link.snapshot_end = bool(bits & frames.FEATURE_SNAPSHOT_END)
+        link.retained_written = bool(bits & frames.FEATURE_RETAINED_WRITTEN)
         existing = self.links.get(node)
         resumed = False
         if existing is not None and existing is not link:
@@ -241,6 +247,8 @@ class ClusterHub:
         node = link.peer_node
         if not node or self.links.get(node) is not link:
             return
+        if (lost := self.on_link_lost) is not None:
+            lost(node)  # (resumed or not: what it did not announce yet is lost with it)
         if self.recovery.suspend(link):
             return
         log.info("link down: %s", node)
@@ -249,6 +257,9 @@ class ClusterHub:
     def drop_link(self, link: PeerLink, orphan: bool) -> None:
         if self.links.get(link.peer_node) is link:
             del self.links[link.peer_node]
+        self._written_unsent.pop(link.peer_node, None)
+        if (lost := self.on_link_lost) is not None:
+            lost(link.peer_node)
         fresh = self.table.forget_node(
             link.peer_node, link.peer_epoch, orphan and self.store is not None, self.broker.sessions
         )
@@ -445,6 +456,25 @@ class ClusterHub:
         if table.pending:  # sessions of live runs not linked yet: to them once linked
             count += self.orphans.to_unlinked(message, hold, sent)
         return count
+
+    def retained_written(self, topic: str, forward_id: str, revision: int) -> None:
+        """A retained change forwarded from here is written to Redis (``revision``; 0: not
+        stored): RETAINED_WRITTEN to the peers that read it (after its PUBLISH: one link)."""
+        data = b""
+        for node, link in self.links.items():
+            if link.retained_written:
+                if not data:
+                    data = frames.retained_written(topic, forward_id, revision)
+                if link.closed:  # dropped, to be resumed: after the frames it sends again
+                    self._written_unsent.setdefault(node, []).append(data)
+                else:
+                    link.send(data)
+
+    def resumed(self, link: PeerLink) -> None:
+        """The peer's RESUME is handled (the frames it had not handled sent again): the
+        RETAINED_WRITTEN frames kept while the link was down follow them."""
+        for data in self._written_unsent.pop(link.peer_node, ()):
+            link.send(data)
 
     def has_shared(self, group: str, topic_filter: str) -> bool:
         found = self.table.shares.get_group(group, topic_filter)

@@ -80,7 +80,7 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         hub.received += 1
         message = decode_message(hub, body)[0]
         if message.retain and (on_retained := hub.on_retained) is not None:
-            on_retained(message.topic)
+            on_retained(message.topic, node if link.retained_written else "", message.forward_id)
         stats = hub.broker.stats
         quota_drops = stats.quota_drops
         # the records of local persistent sessions take the message's id (and a marker)
@@ -165,6 +165,11 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         pass  # heard (``PeerLink.last_heard``)
     elif kind == Kind.RESUME:
         hub.recovery.resume(link, reader.u64())
+        hub.resumed(link)
+    elif kind == Kind.RETAINED_WRITTEN:
+        topic, forward_id, revision = reader.text(), reader.text(), reader.u64()
+        if (on_written := hub.on_retained_written) is not None:
+            on_written(node, topic, forward_id, revision)
     else:
         raise frames.FrameError(f"unknown frame kind {kind}")
 

@@ -38,6 +38,7 @@ class Kind(enum.IntEnum):
     RESUME = 13  # u64 count: counted frames of the peer's run handled here (FEATURE_RESUME)
     PING = 14  # empty: the sender is alive (FEATURE_HEARTBEAT, once a second)
     SNAPSHOT_END = 15  # empty: the sender's route snapshot is complete (FEATURE_SNAPSHOT_END)
+    RETAINED_WRITTEN = 16  # topic, forward id, u64 revision (0: not stored): see retained_written
 
 
 # The per-message kinds as plain int constants (equal to their ``Kind``; a unit test holds
@@ -85,7 +86,17 @@ FEATURE_SNAPSHOT_END = 8
 shared groups and persistent subscriptions the snapshot did not name: they were removed while
 the link was down, and their removal deltas went nowhere."""
 
-FEATURES = FEATURE_SHARED_COUNTED | FEATURE_RESUME | FEATURE_HEARTBEAT | FEATURE_SNAPSHOT_END
+FEATURE_RETAINED_WRITTEN = 16
+"""HELLO feature bit: this node sends RETAINED_WRITTEN for each retained change it forwarded,
+once Redis has answered its write, and reads those of its peers (used when both ends set it)."""
+
+FEATURES = (
+    FEATURE_SHARED_COUNTED
+    | FEATURE_RESUME
+    | FEATURE_HEARTBEAT
+    | FEATURE_SNAPSHOT_END
+    | FEATURE_RETAINED_WRITTEN
+)
 
 
 def hello(node_id: str, epoch: int, features: int = FEATURES) -> bytes:
@@ -137,6 +148,14 @@ def durable_gone(client_id: str) -> bytes:
 
 def publish(record: bytes) -> bytes:
     return _head(PUBLISH, len(record)) + record
+
+
+def retained_written(topic: str, forward_id: str, revision: int) -> bytes:
+    """The sender's retained change of ``topic`` (PUBLISH ``forward_id``, sent before) was
+    written to Redis with ``revision`` (0: not stored). Its receivers re-read a topic changed on
+    two nodes at once once every change they applied is announced (``store.retained_convergence``).
+    """
+    return frame(Kind.RETAINED_WRITTEN, _str(topic), _str(forward_id), _U64.pack(revision))
 
 
 def shared(sequence: int, group: str, topic_filter: str, record: bytes) -> bytes:

@@ -105,6 +105,7 @@ class PeerLink(asyncio.Protocol):
         "published_in",
         "published_out",
         "received_shared",
+        "retained_written",
         "shared_counted",
         "shared_out",
         "shared_seq",
@@ -161,6 +162,7 @@ class PeerLink(asyncio.Protocol):
         self.resuming = False
         self.heartbeat = False  # FEATURE_HEARTBEAT on both ends: PING each second
         self.snapshot_end = False  # FEATURE_SNAPSHOT_END on both ends: snapshots end with it
+        self.retained_written = False  # FEATURE_RETAINED_WRITTEN on both ends
         # A resumed link: what the peer's snapshot names, until its SNAPSHOT_END
         self.announced: AnnouncedRoutes | None = None
         self.last_heard = 0.0

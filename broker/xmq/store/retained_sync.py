@@ -7,6 +7,10 @@ pipeline, and the publisher never waits for Redis. A clear writes a tombstone th
 after 24 h. At start a node loads every retained record (``retained:index`` then ``MGET``)
 into its in-memory store, skipping tombstones, expired messages and topics that changed live
 (here or over a node link) while it was loading: those changes are newer than the snapshot.
+
+Changes of one topic made on two nodes at once cross on the links: once every change it
+applied is announced as written (its own by Redis's reply, a peer's by ``RETAINED_WRITTEN``),
+a node that does not hold the newest re-reads the topic (``retained_convergence``).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from xmq.routing.retained import RetainedStore
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_endpoint import RedisEndpoint
 from xmq.store.resp_connection import RedisReplyError, RespConnection
+from xmq.store.retained_convergence import Change, RetainedConvergence
 
 log = logging.getLogger("xmq.store.retained")
 
@@ -69,6 +74,12 @@ class RedisRetainedSync:
         self._live: set[str] | None = None  # topics changed while loading
         self.written = 0
         self.failures = 0
+        self.convergence = RetainedConvergence(self.revisions)
+        # Tells the peers a change of ours is written: (topic, forward id, revision; 0: not
+        # stored). Wired to the node links (``ClusterHub.retained_written``) by the app.
+        self.announce: Callable[[str, str, int], None] | None = None
+        self._changes = 0  # this node's changes, numbered
+        self.rereads = 0
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -79,6 +90,9 @@ class RedisRetainedSync:
         if topic.startswith(_SYS):
             return  # this node's own statistics, not cluster-wide state
         self.touched(topic)
+        self._changes += 1
+        change: Change = ("", str(self._changes))
+        self.convergence.applied(topic, change)  # (never announced before it is made)
         record = self.record_of(message)
         ttl_ms = 0
         if record.tombstone:
@@ -87,17 +101,23 @@ class RedisRetainedSync:
             ttl_ms = max(1, math.ceil((message.expires_at - self.clock()) * 1000))
 
         def written(reply: Any, topic: str = topic) -> None:
+            revision = 0
             if isinstance(reply, BaseException):  # given up after retries: never a success
                 self.failures += 1
                 log.warning("retained change of %r not stored: %r", topic, reply)
                 if hold is not None:
                     hold.fail()
-                return
-            if hold is not None:
-                hold.release()  # stored: the publisher's ack may go
-            self.written += 1
-            if isinstance(reply, int) and reply > self.revisions.get(topic, 0):
-                self.revisions[topic] = reply
+            else:
+                if hold is not None:
+                    hold.release()  # stored: the publisher's ack may go
+                self.written += 1
+                if isinstance(reply, int):
+                    revision = reply
+            forward_id = message.forward_id  # given when it went to the peers
+            if forward_id and (announce := self.announce) is not None:
+                announce(topic, forward_id, revision)
+            if self.convergence.written(topic, change, revision):
+                self.reread(topic)
 
         if hold is not None:
             hold.hold()
@@ -113,6 +133,42 @@ class RedisRetainedSync:
         live = self._live
         if live is not None:
             live.add(topic)
+
+    # -- changes of the peers ----------------------------------------------------------------
+
+    def peer_changed(self, topic: str, node: str, forward_id: str) -> None:
+        """A peer's retained change of ``topic`` is applied here (``node`` empty: a peer that
+        announces no writes)."""
+        self.touched(topic)
+        if topic.startswith(_SYS):
+            return  # the peer's own statistics: not written, never announced
+        if not node or not forward_id:
+            self.convergence.unannounced(topic)
+        elif self.convergence.applied(topic, (node, forward_id)):
+            self.reread(topic)
+
+    def peer_written(self, node: str, topic: str, forward_id: str, revision: int) -> None:
+        """``node`` announced its change of ``topic`` written with ``revision``."""
+        if self.convergence.written(topic, (node, forward_id), revision):
+            self.reread(topic)
+
+    def peer_lost(self, node: str) -> None:
+        """The link to ``node`` dropped: changes of it still unannounced never will be."""
+        for topic in self.convergence.link_lost(node):
+            self.reread(topic)
+
+    def reread(self, topic: str) -> None:
+        """Load ``topic``'s record from Redis again (the changes of it made at once have all
+        been written: Redis holds the newest)."""
+        self.rereads += 1
+
+        def read(reply: Any) -> None:
+            if isinstance(reply, BaseException):
+                log.warning("retained %r not re-read: %r", topic, reply)
+            elif isinstance(reply, bytes) and topic not in self.convergence.pending:
+                self._apply(topic, reply, reread=True)  # (else: settles again when announced)
+
+        self.batcher.command("GET", self.keys.retained(topic), callback=read)
 
     def record_of(self, message: Message) -> RetainedMessage:
         """The Redis record of a retained change (revision 1 is replaced by the script)."""
@@ -160,16 +216,17 @@ class RedisRetainedSync:
             self._live = None
             conn.close()
 
-    def _apply(self, topic: str, raw: bytes) -> bool:
+    def _apply(self, topic: str, raw: bytes, reread: bool = False) -> bool:
         try:
             record = RetainedMessage.from_json(raw)
         except ValueError as error:
             log.warning("malformed retained record of %r: %s", topic, error)
             return False
         live = self._live
-        if live is not None and topic in live:
+        if not reread and live is not None and topic in live:
             return False  # changed since the node started: newer than this snapshot
-        if record.revision <= self.revisions.get(topic, 0):
+        known = self.revisions.get(topic, 0)
+        if record.revision < known or (record.revision == known and not reread):
             return False
         self.revisions[topic] = record.revision
         if record.tombstone:
