@@ -87,22 +87,49 @@ def _cross(nodes: ClusterNodes, redis_server: RedisServer, uid: str) -> None:
         _publish_at_once(nodes, f"{uid}-{round_}", topics, payloads)
         values = set(payloads.values())
         wait_for(partial(_written, redis_server, keys, topics, values), 10, "writes")
-        time.sleep(1.0)  # the links, the announcements and any re-read settle
-        stored = _in_redis(redis_server, keys, topics)
-        for index in (1, 2):
-            held = _held(nodes.port(index), f"{uid}-s{index}-{round_}", f"{uid}/r/#", TOPICS)
-            differing = [topic for topic in topics if held.get(topic) != stored[topic]]
-            assert not differing, (
-                f"round {round_}: node {index} differs from Redis on {len(differing)} topics"
-            )
-        for port in ports.values():  # every wait ended
-            assert metric(port, "xmq_cluster_retained", 'kind="pending_topics"') == 0
+        differing: dict[int, int] = {}
+        converged = partial(
+            _converged, nodes, redis_server, keys, f"{uid}-{round_}", topics, differing
+        )
+        try:  # checked again until the links, announcements and re-reads settle
+            wait_for(converged, 15, "convergence")
+        except TimeoutError:
+            pytest.fail(f"round {round_}: nodes differ from Redis on {differing} topics")
+        wait_for(  # every wait ended
+            lambda: all(
+                metric(port, "xmq_cluster_retained", 'kind="pending_topics"') == 0
+                for port in ports.values()
+            ),
+            10,
+            "no topic left waiting",
+        )
         reread = sum(
             metric(port, "xmq_cluster_retained", 'kind="reread"') for port in ports.values()
         )
         if reread:
             break
     assert reread > 0, f"the changes never crossed in {ROUNDS} rounds"
+
+
+def _converged(
+    nodes: ClusterNodes,
+    redis_server: RedisServer,
+    keys: ClusterKeys,
+    client_prefix: str,
+    topics: list[str],
+    differing: dict[int, int],
+) -> bool:
+    """Both nodes hold the values Redis holds now (``differing``: how many topics each does
+    not; Redis read each time, as the other node's writes may still be landing)."""
+    differing.clear()
+    stored = _in_redis(redis_server, keys, topics)
+    topic_filter = topics[0].rsplit("/", 1)[0] + "/#"
+    for index in (1, 2):
+        held = _held(nodes.port(index), f"{client_prefix}-s{index}", topic_filter, len(topics))
+        count = sum(1 for topic in topics if held.get(topic) != stored[topic])
+        if count:
+            differing[index] = count
+    return not differing
 
 
 def _written(
