@@ -19,6 +19,10 @@ EncodedPublish = tuple[bytes, ...]
 mypyc keeps a fixed-length ``tuple[bytes, bytes]`` as a C struct, so ``Message.encode`` would
 build a new tuple for every send instead of returning the cached one."""
 _NO_IDS: tuple[int, ...] = ()
+_NO_WIRE: EncodedPublish = ()
+"""``Message._wire0`` while it has no first variant (``_key0`` is then ``-1``)."""
+_MAX_VARIANTS: Final = 63
+"""Variants cached besides the first (``Message._variants``)."""
 
 _PLAIN_HEAD = struct.Struct("<BqIiIHHII")
 """A message as plain bytes (``Message.plain``): flags (QoS, retain, has origin, has expiry),
@@ -35,7 +39,9 @@ class Message:
     the cluster when the message first leaves this node: ``ClusterHub.encode``)."""
 
     __slots__ = (
+        "_key0",
         "_variants",
+        "_wire0",
         "expires_at",
         "forward_id",
         "origin",
@@ -100,9 +106,12 @@ class Message:
                 properties = None
         self.properties = properties
         self.expires_at = expires_at
-        self._variants: dict[object, EncodedPublish] = (
-            {} if wire is None else {wire_version << 3 | qos << 1: wire}
-        )
+        # The first variant with an integer key (the common ones: see ``encode``) as two
+        # fields, the others in a dict made at the second: a point-to-point message, encoded
+        # once, makes no dict (~300 instructions to make, fill and free one, compiled).
+        self._key0 = -1 if wire is None else wire_version << 3 | qos << 1
+        self._wire0 = _NO_WIRE if wire is None else wire
+        self._variants: dict[object, EncodedPublish] | None = None
 
     def plain(self) -> bytes | None:
         """This message as one ``bytes`` object (``None`` when it has properties: objects)
@@ -111,10 +120,8 @@ class Message:
         if self.properties is not None:
             return None
         key, head, tail = -1, b"", b""
-        for variant_key, wire in self._variants.items():
-            if type(variant_key) is int:
-                key, (head, tail) = variant_key, wire
-                break
+        if self._key0 >= 0:
+            key, (head, tail) = self._key0, self._wire0
         topic = self.topic.encode()
         origin = self.origin.encode() if self.origin is not None else b""
         forward_id = self.forward_id.encode()
@@ -170,9 +177,9 @@ class Message:
         )
         message.size = size
         message.expires_at = expires_at if flags & _EXPIRES else None
-        message._variants = (
-            {} if key < 0 else {key: (plain[at : at + head_n], plain[at + head_n :])}
-        )
+        if key >= 0:
+            message._key0 = key
+            message._wire0 = (plain[at : at + head_n], plain[at + head_n :])
         return message
 
     def without_id(self) -> Message:
@@ -183,7 +190,10 @@ class Message:
         copy.properties = self.properties
         copy.expires_at = self.expires_at
         copy.size = self.size
-        copy._variants = dict(self._variants)
+        copy._key0 = self._key0
+        copy._wire0 = self._wire0
+        variants = self._variants
+        copy._variants = dict(variants) if variants is not None else None
         return copy
 
     def expired(self, now: float) -> bool:
@@ -201,21 +211,33 @@ class Message:
     ) -> EncodedPublish:
         """Return ``(head, tail)`` of this message for one wire variant (cached)."""
         remaining = 0
-        if self.expires_at is None and not subscription_ids and not alias and send_topic:
-            key: object = protocol_version << 3 | qos << 1 | retain  # the common variants
-        elif protocol_version != MQTT_5:
-            key = protocol_version << 3 | qos << 1 | retain
+        int_key = -1
+        if (
+            self.expires_at is None and not subscription_ids and not alias and send_topic
+        ) or protocol_version != MQTT_5:
+            int_key = protocol_version << 3 | qos << 1 | retain  # the common variants
+            if int_key == self._key0:
+                return self._wire0
+            key: object = int_key
         else:
             if self.expires_at is not None:
                 remaining = max(1, self.expires_at - int(now))
             key = (qos, retain, subscription_ids, alias, send_topic, remaining)
-        variant = self._variants.get(key)
-        if variant is None:
-            variant = self._encode(
-                protocol_version, qos, retain, subscription_ids, alias, send_topic, remaining
-            )
-            if len(self._variants) < 64:
-                self._variants[key] = variant
+        variants = self._variants
+        if variants is not None:
+            cached = variants.get(key)
+            if cached is not None:
+                return cached
+        variant = self._encode(
+            protocol_version, qos, retain, subscription_ids, alias, send_topic, remaining
+        )
+        if int_key >= 0 and self._key0 < 0:
+            self._key0 = int_key
+            self._wire0 = variant
+        elif variants is None:
+            self._variants = {key: variant}
+        elif len(variants) < _MAX_VARIANTS:
+            variants[key] = variant
         return variant
 
     def _encode(

@@ -28,3 +28,35 @@ def test_a_seeded_variant_is_used_only_for_its_own_version_and_qos() -> None:
         assert message.encode(version, qos, False) == encode_publish_parts(
             "t/1", b"payload", qos, False, None, version
         )
+
+
+def test_the_first_and_later_variants_are_each_encoded_once() -> None:
+    message = Message("t/1", b"payload", 1, False, None, "pub", 0.0)
+    with_ids = message.encode(5, 1, False, (7,))  # a keyed (non-integer) variant first
+    first = message.encode(5, 1, False)
+    second = message.encode(4, 1, False)
+    assert message.encode(5, 1, False, (7,)) is with_ids
+    assert message.encode(5, 1, False) is first
+    assert message.encode(4, 1, False) is second
+    assert first != second != with_ids
+
+
+def test_a_copy_without_id_and_a_plain_round_trip_keep_the_cached_variants() -> None:
+    wire = encode_publish_parts("t/1", b"payload", 1, False, None, 5)
+    message = Message("t/1", b"payload", 1, False, None, "pub", 0.0, wire, 5, "n/1/f1")
+    later = message.encode(4, 0, True)
+    copy = message.without_id()
+    assert copy.forward_id == ""
+    assert copy.encode(5, 1, False) is wire
+    assert copy.encode(4, 0, True) is later
+    copy.encode(3, 2, True)  # a variant cached by the copy only
+    assert message.encode(3, 2, True) is not copy.encode(3, 2, True)
+    plain = message.plain()
+    assert plain is not None
+    restored = Message.from_plain(plain)
+    assert restored.encode(5, 1, False) == wire  # the one variant ``plain`` carries
+    assert restored.plain() == plain
+    for version, qos, retain in itertools.product((3, 4, 5), (0, 1, 2), (False, True)):
+        expected = encode_publish_parts("t/1", b"payload", qos, retain, None, version)
+        assert copy.encode(version, qos, retain) == expected
+        assert restored.encode(version, qos, retain) == expected
