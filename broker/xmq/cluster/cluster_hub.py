@@ -39,7 +39,6 @@ from xmq.core.cluster_ports import (
     NodeIdentity,
 )
 from xmq.core.message import Message
-from xmq.core.shared_claims import handed_on
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Coroutine
@@ -302,11 +301,12 @@ class ClusterHub:
         exclude: str,
         hold: DurableHold | None = None,
     ) -> None:
-        """A shared-group message its chosen node did not take: another member gets it
-        (``hold``, the publisher's held ack, is held by the member's record or link). The
-        group has it (claimed or recorded by the chosen member): handed on, it claims nothing
-        (``core.shared_claims``)."""
-        message = handed_on(message)
+        """A shared-group message its chosen node had not acknowledged when the link dropped:
+        another member gets it (``hold``, the publisher's
+        held ack, is held by the member's record or link). It keeps its inbound id: where
+        the chosen node's member had it, its claim is in Redis and this member's claim finds
+        it (``core.shared_claims``), so the group is not given it twice; where that node
+        never handled the frame, this member's claim wins."""
         broker = self.broker
         local = broker.shared.get_group(group, topic_filter)
         if local is not None and len(local.members):

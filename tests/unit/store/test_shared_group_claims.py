@@ -21,13 +21,17 @@ from tests.support.node_leases import write_lease
 from tests.support.redis_server import RedisServer
 from tests.support.sink_link import SinkLink
 from tests.unit.store import test_qos2_inbound_release as inbound
+from xmq.cluster import link_frames as frames
+from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.link_frames import FrameDecoder
+from xmq.cluster.peer_link import PeerLink
 from xmq.codec.packets import Connect, Publish, Pubrel, Subscribe, SubscriptionRequest
 from xmq.codec.properties import Properties
 from xmq.contract import ClusterKeys
 from xmq.contract.session_scripts import FencedWrites
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableContext
+from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.connection import ClientConnection
 from xmq.core.connection_states import CONNECTED
 from xmq.core.message import Message
@@ -242,3 +246,32 @@ async def test_a_claim_whose_member_left_meanwhile_goes_to_another_member(
     _routed(node)  # a re-send: the group has it
     await store.flush()
     assert _payloads(second_link) == [b"cmd"] and store.duplicates == 1
+
+
+async def test_a_shared_message_re_dispatched_after_its_link_dropped_reaches_the_group_once(
+    server: RedisServer, sync: redis.Redis
+) -> None:
+    """Node A sent the message to node B's member (a SHARED frame); B's member had it (its
+    claim written) but the link dropped before B's SHARED_ACK came back. A re-dispatches the
+    unacknowledged frame to a member of its own: that member's claim finds B's, and the group
+    is not given the message twice. (A message a member gave up is handed on without its id
+    instead: the group's marker is its own then.)"""
+    node_a, store_a = await _broker(server, A, KEYS)
+    node_b, store_b = await _broker(server, B, KEYS)
+    hub = ClusterHub(node_a, NodeIdentity(*A, online=True), store_a)
+    node_a.cluster = hub
+    _, here = await _member(node_a, "m0", False)
+    _, there = await _member(node_b, "m1", False)
+    link = PeerLink(hub)
+    hub.link_hello(link, FrameDecoder().feed(frames.hello(B[0], B[1]))[0][1])
+    hub.recovery.resume(link, 0)
+    hub.table.share(B[0], "g", "t", True)
+    message = Message("t", b"cmd", 2, False, None, "pub", 0.0, forward_id=MESSAGE_ID)
+    assert hub.forward_shared("g", "t", message)  # the SHARED frame to B
+    node_b.publish_shared_from_peer("g", "t", message)  # B handles it: its member's claim
+    await store_b.flush()
+    await _until(lambda: _payloads(there) == [b"cmd"])
+    link.connection_lost(None)  # before B's SHARED_ACK: A re-dispatches it
+    await store_a.flush()
+    await store_a.flush()
+    assert _payloads(here) == [] and store_a.duplicates == 1
