@@ -84,6 +84,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.net.listeners",
     "xmq.core.session_access",
     "xmq.core.client_link",
+    "xmq.core.turn_flush",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

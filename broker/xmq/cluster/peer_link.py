@@ -23,14 +23,15 @@ Outbound, the transport's write buffer is bounded (``WRITE_HIGH`` / ``WRITE_LOW`
 high-water mark (``pause_writing``) the local publishers whose messages are being forwarded
 over the link have their sockets paused, as the durable store pauses them while its records
 wait, until it drains below the low-water mark (``resume_writing``). Frames are written once
-per loop turn, and one turn can read a publisher many times (libuv reads a readable socket up
-to 32 times per wake-up while it is not paused: 8 MiB of 256 KiB reads), so the link does not
-wait for the transport: frames of this turn that would take the buffer past ``WRITE_HIGH``
-make it congested at once (``send``); if the turn's write then fits under the mark after all,
-the transport has paused nothing and the publishers are resumed after it. The frames that a
-read of the link itself causes on it (its PUBLISH_ACK; after HELLO, RESUME and the route
-snapshot) are written at the end of that read instead, without a scheduled callback: one
-write per read.
+per loop turn (by the process's per-turn flush, ``core.turn_flush``, with the clients'
+output: one scheduled callback for both), and one turn can read a publisher many times
+(libuv reads a readable socket up to 32 times per wake-up while it is not paused: 8 MiB of
+256 KiB reads), so the link does not wait for the transport: frames of this turn that would
+take the buffer past ``WRITE_HIGH`` make it congested at once (``send``); if the turn's write
+then fits under the mark after all, the transport has paused nothing and the publishers are
+resumed after it. The frames that a read of the link itself causes on it (its PUBLISH_ACK;
+after HELLO, RESUME and the route snapshot) are written at the end of that read instead,
+without a scheduled callback: one write per read.
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ class PeerLink(asyncio.Protocol):
         "_decoder",
         "_fanning_in",
         "_fence",
+        "_flush_now",
         "_held",
         "_loop",
         "_out",
@@ -91,6 +93,7 @@ class PeerLink(asyncio.Protocol):
         "_paused_publishers",
         "_reading",
         "_scheduled",
+        "_turn",
         "closed",
         "hub",
         "peer_epoch",
@@ -127,6 +130,10 @@ class PeerLink(asyncio.Protocol):
         self._held: list[bytes] = []
         self._out: list[bytes] = []
         self._scheduled = False
+        # this turn's frames are written by the process's one per-turn flush (with the
+        # clients' output: one scheduled callback a turn for both), by a method bound once
+        self._turn = hub.broker.turn_flush
+        self._flush_now: Callable[[], None] = self._flush
         # local publishers paused while the write buffer is above WRITE_HIGH (None: it is not)
         self._paused_publishers: set[SessionClient] | None = None
         self.writing_paused = False  # the transport called pause_writing (not resumed yet)
@@ -363,15 +370,12 @@ class PeerLink(asyncio.Protocol):
             self._paused_publishers = set()  # congested before the turn's write (``_flush``)
         if not self._scheduled and not self._reading:  # (a read's: at its end, ``_handle_read``)
             self._scheduled = True
-            loop = self._loop
-            if loop is None:
-                loop = self._loop = asyncio.get_running_loop()
-            loop.call_soon(self._flush)
+            self._turn.add(self._flush_now)
 
     def call_soon(self, callback: Callable[..., object], *args: Any) -> None:
         """``callback(*args)`` on the next loop turn, in the loop the link runs in: its loop
         is looked up once (``get_running_loop()`` makes a ``getpid`` system call in Python
-        3.11, and a link schedules its flush and its PUBLISH_ACK per message)."""
+        3.11, and a link may schedule a PUBLISH_ACK per message)."""
         loop = self._loop
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()

@@ -41,6 +41,7 @@ from xmq.core.routed_inbound_ids import RoutedInboundIds, is_inbound_message_id
 from xmq.core.session import Delivery, Session, Subscription, deliver_planned
 from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
+from xmq.core.turn_flush import TurnFlush
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES, ConnectTerms
 from xmq.routing.filter_trie import MatchCache
 from xmq.routing.retained import RetainedStore
@@ -69,6 +70,8 @@ class Broker(AuthEvents):
         self.connections: set[ClientConnection] = set()
         self.plans: MatchCache[Plan] = MatchCache()
         self.fanouts = FanoutSlices(self)  # large fan-outs, a slice per loop turn
+        # every client's and node link's output written once per loop turn, one callback
+        self.turn_flush = TurnFlush()
         self.subscription_generation = 0  # bumped by every non-shared subscription change
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client_seq = 0

@@ -43,6 +43,10 @@ class ClientLink:
         """Queue a PUBLISH encoded as ``head + packet_id + tail``."""
         raise NotImplementedError
 
+    def flush(self) -> None:
+        """Write what this turn queued (``core.turn_flush``, once per loop turn)."""
+        raise NotImplementedError
+
     def writable(self) -> bool:
         """False while the transport's buffer is over its high-water mark."""
         raise NotImplementedError

@@ -38,6 +38,7 @@ from xmq.core.client_link import ClientLink
 from xmq.core.connection import ClientConnection
 from xmq.core.connection_states import CONNECTED
 from xmq.core.publish_flow import route_publish
+from xmq.core.turn_flush import TurnFlush
 
 log = logging.getLogger("xmq.net")
 
@@ -71,32 +72,8 @@ def _no_transport_write(data: bytes) -> None:
     raise RuntimeError("no transport yet")
 
 
-class FlushScheduler:
-    """Writes every connection's pending output once per event-loop tick."""
-
-    __slots__ = ("_armed", "_call_soon", "_dirty", "_flush_now", "_loop")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._dirty: list[MqttClientProtocol] = []
-        self._armed = False
-        # bound once: compiled, ``self._loop.call_soon(self._flush)`` looked the method up and
-        # made a bound ``_flush`` each time it armed (once a loop turn with output)
-        self._call_soon = loop.call_soon
-        self._flush_now: Callable[[], None] = self._flush
-
-    def mark(self, link: MqttClientProtocol) -> None:
-        self._dirty.append(link)
-        if not self._armed:
-            self._armed = True
-            self._call_soon(self._flush_now)
-
-    def _flush(self) -> None:
-        self._armed = False
-        dirty = self._dirty
-        self._dirty = []
-        for link in dirty:
-            link.flush()
+FlushScheduler = TurnFlush
+"""The clients' per-turn flush: ``core.turn_flush`` (shared with the node links)."""
 
 
 class MqttClientProtocol(ClientLink):

@@ -85,7 +85,7 @@ class ListenerSet:
 
     async def start(self, listeners: tuple[ListenerConfig, ...]) -> None:
         loop = asyncio.get_running_loop()
-        self._scheduler = FlushScheduler(loop)
+        self._scheduler = self.broker.turn_flush  # (the node links' too: one callback a turn)
         for index, spec in enumerate(listeners):
             try:
                 await self._start_one(loop, spec)
