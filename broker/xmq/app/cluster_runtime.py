@@ -33,6 +33,7 @@ from xmq.contract.session_scripts import (
     FENCED_WRITES,
     FORWARDED_SEEN_TTL_MS,
     RELEASE_SESSION,
+    inbound_release_grace_ms,
 )
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
@@ -126,6 +127,8 @@ class ClusterRuntime:
             config.persistence.max_queued_writes,
             # markers of forwarded records outlive any replay of them (2 x TTL + 5 s at most)
             max(FORWARDED_SEEN_TTL_MS, int((3 * cluster.lease_ttl_s + 30) * 1000)),
+            # an inbound QoS 2 message's markers live while its exchange is open, then this
+            release_grace := inbound_release_grace_ms(cluster.lease_ttl_s),
         )
         self.directory = RedisSessionDirectory(
             self.batcher,
@@ -133,6 +136,7 @@ class ClusterRuntime:
             self.identity,
             lambda client_id: client_id in broker.sessions,
             loop_clock,
+            release_grace,
         )
         self.hub = ClusterHub(broker, self.identity, self.store)
         if cluster.link_tls is not None:

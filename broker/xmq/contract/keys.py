@@ -146,6 +146,14 @@ class ClusterKeys:
         value names the run that wrote it (``<lease key>@<epoch>``; ``1`` from an append)."""
         return f"{self.prefix}session:seen:{_check_part('record id', record_id)}:{client_id}"
 
+    def inbound_marks(self, message_id: str) -> str:
+        """Set of marker keys: the ``session:seen`` / ``shared:seen`` markers written for the
+        inbound QoS 2 message ``message_id`` (``<incarnation>/q<packet id>.<generation>``: it
+        names its publisher's session) while its exchange is open. The markers live until
+        ``RELEASE_INBOUND_ID`` (or the session's release, or a clean start) shortens them to a
+        grace and deletes this set (``INBOUND_MARK_TTL_MS`` a ceiling for both)."""
+        return f"{self.prefix}session:qos2marks:{_check_part('message id', message_id)}"
+
     def shared_seen(self, message_id: str, group: str, topic_filter: str) -> str:
         """String with a TTL: the shared group ``$share/<group>/<topic_filter>`` has the inbound
         QoS 2 message ``message_id`` (``<incarnation>/q<packet id>.<generation>``, no ``:``):

@@ -40,14 +40,38 @@ from dataclasses import dataclass, field
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.scripts import ScriptCall
 
-CLAIM_SESSION = """\
+_RELEASE_MARKS = """\
+local function release_marks(prefix, qos2in, state, qos2gen, grace)
+  -- the markers of every open inbound QoS 2 exchange of the session get the short grace
+  local incarnation = redis.call('HGET', state, 'incarnation')
+  if not incarnation or incarnation == '' then
+    return
+  end
+  for _, packet_id in ipairs(redis.call('SMEMBERS', qos2in)) do
+    local generation = redis.call('HGET', qos2gen, packet_id) or '0'
+    local index = prefix .. 'session:qos2marks:' .. incarnation .. '/q' .. packet_id .. '.'
+                  .. generation
+    for _, marker in ipairs(redis.call('SMEMBERS', index)) do
+      redis.call('PEXPIRE', marker, grace)
+    end
+    redis.call('DEL', index)
+  end
+end
+"""
+
+CLAIM_SESSION = (
+    """\
 -- KEYS: 1 owner, 2 my node sessions, 3 orphaned, 4 subs, 5 queue, 6 inflight, 7 qos2in, 8 state,
 --       9 qos2gen
 -- ARGV: 1 my node id, 2 my epoch, 3 key prefix, 4 clean start, 5 durable, 6 expected owner
 --       node ('' none), 7 expected owner epoch, 8 client id, 9 want state, 10 protocol
 --       version, 11 expiry interval, 12 the connecting identity ('' no check), 13 '1' refuse
 --       a session of another identity ('0': start it clean), 14 the incarnation a durable
---       session starting now takes (one it has already is kept)
+--       session starting now takes (one it has already is kept), 15 the grace (ms) left to
+--       the inbound markers of a session that ends here (clean start, or not durable now)
+"""
+    + _RELEASE_MARKS
+    + """\
 local function lease_of(node, epoch)  -- the lease of that run of the node, or nil
   local lease = redis.call('GET', ARGV[3] .. 'node:lease:' .. node)
   if lease then
@@ -121,6 +145,7 @@ if not raw then
 end
 redis.call('SREM', KEYS[3], ARGV[8])
 if clean then
+  release_marks(ARGV[3], KEYS[7], KEYS[8], KEYS[9], ARGV[15])
   redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
 end
 local reply = {0}
@@ -143,6 +168,7 @@ if ARGV[5] == '1' then
 else
   redis.call('SREM', KEYS[2], ARGV[8])
   if not clean then
+    release_marks(ARGV[3], KEYS[7], KEYS[8], KEYS[9], ARGV[15])
     redis.call('DEL', KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9])
   end
 end
@@ -152,10 +178,16 @@ if reply[1] == 1 then  -- what makes its inbound QoS 2 message ids (core.inbound
 end
 return reply
 """
+)
 
-RELEASE_SESSION = """\
+RELEASE_SESSION = (
+    """\
 -- KEYS: 1 owner, 2 my node sessions, 3 subs, 4 queue, 5 inflight, 6 qos2in, 7 state, 8 qos2gen
--- ARGV: 1 my node id, 2 my epoch, 3 client id, 4 key prefix
+-- ARGV: 1 my node id, 2 my epoch, 3 client id, 4 key prefix, 5 the grace (ms) left to the
+--       markers of the session's open inbound QoS 2 exchanges
+"""
+    + _RELEASE_MARKS
+    + """\
 local lease = redis.call('GET', ARGV[4] .. 'node:lease:' .. ARGV[1])
 local ok_l, l = false, nil
 if lease then
@@ -173,15 +205,19 @@ if not ok or type(owner) ~= 'table' or owner['node_id'] ~= ARGV[1]
     or tonumber(owner['epoch']) ~= tonumber(ARGV[2]) then
   return 0
 end
+release_marks(ARGV[4], KEYS[6], KEYS[7], KEYS[8], ARGV[5])
 redis.call('DEL', KEYS[1], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8])
 redis.call('SREM', KEYS[2], ARGV[3])
 return 1
 """
+)
 
 APPEND_IF_OWNER = """\
--- KEYS: 1 owner, 2 queue, 3 (forwarded records only) seen marker of the record id
+-- KEYS: 1 owner, 2 queue, 3 (forwarded records only) seen marker of the record id, 4 (inbound
+--       QoS 2 message ids only) the message's index of markers (session:qos2marks)
 -- ARGV: 1 expected owner node id, 2 expected owner epoch, 3 record, 4 marker TTL in ms,
---       5 key prefix, 6 writer node id ('' no fencing), 7 writer epoch
+--       5 key prefix, 6 writer node id ('' no fencing), 7 writer epoch, 8 (with KEYS[4]) the
+--       TTL in ms of an indexed marker (a ceiling: its exchange's release shortens it)
 if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
   return {2, '', 0}  -- already queued for this session (and maybe acknowledged since)
 end
@@ -211,7 +247,11 @@ if owner['node_id'] == ARGV[1] and tonumber(owner['epoch']) == tonumber(ARGV[2])
     return {1, ARGV[1], tonumber(ARGV[2])}
   end
   redis.call('RPUSH', KEYS[2], ARGV[3])
-  if KEYS[3] then
+  if KEYS[4] then
+    redis.call('SET', KEYS[3], '1', 'PX', ARGV[8])
+    redis.call('SADD', KEYS[4], KEYS[3])
+    redis.call('PEXPIRE', KEYS[4], ARGV[8])
+  elseif KEYS[3] then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[4])
   end
   return {0, '', 0}
@@ -272,37 +312,52 @@ its lease. A stale run's id would make the publisher's re-sent PUBLISH look hand
 node (PUBREC without routing) although the message's records were fenced: lost."""
 
 RELEASE_INBOUND_ID = """\
--- KEYS: 1 session:qos2in, 2 session:qos2gen; ARGV: 1 packet id, 2 its generation released
+-- KEYS: 1 session:qos2in, 2 session:qos2gen, 3 (optional) the released message's index of
+--       markers (session:qos2marks); ARGV: 1 packet id, 2 its generation released, 3 (with
+--       KEYS[3]) the grace in ms left to its markers
 if (tonumber(redis.call('HGET', KEYS[2], ARGV[1])) or 0) ~= tonumber(ARGV[2]) then
   return 0  -- released already (a retry, or a stale node's late write): nothing changes
 end
 redis.call('HSET', KEYS[2], ARGV[1], tonumber(ARGV[2]) + 1)
 redis.call('SREM', KEYS[1], ARGV[1])
+if KEYS[3] then  -- the exchange is closed: its markers need only outlive a replay now
+  for _, marker in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+    redis.call('PEXPIRE', marker, ARGV[3])
+  end
+  redis.call('DEL', KEYS[3])
+end
 return 1
 """
 """An inbound QoS 2 packet id released (PUBREL, or its PUBLISH refused): removed from
 ``session:qos2in`` and its release count (generation) moved on, once: only when the count is
 still the one the releasing node read. The id's next message then has a new message id
 (``core.inbound_ids``); a stale node's late release of an earlier generation changes nothing,
-and a release retried after a lost connection neither."""
+and a release retried after a lost connection neither. The markers written for the released
+message (its ``session:qos2marks`` index) get a short grace (a forwarded frame's replay) and
+the index goes, in the same script: no re-send of that message can come any more."""
 
 FENCED_WRITES = (
     """\
--- KEYS: 1 the writer's lease, then the queues, seen markers and qos2in sets named below
--- ARGV: 1 writer epoch, 2 marker TTL in ms, then 4 per write: op ('r' push a record, 'R' push
---       it only when not there — sent again after a lost connection —, 'i' add an inbound
---       QoS 2 id, 'c' claim a shared group's marker — the key — for the member named by the
---       value, 'C' the same sent again), key index, value, seen marker key index ('0': none)
+-- KEYS: 1 the writer's lease, then the queues, seen markers, marker indexes and qos2in sets
+--       named below
+-- ARGV: 1 writer epoch, 2 marker TTL in ms, 3 TTL in ms of an indexed marker (a ceiling: the
+--       release of its inbound QoS 2 exchange shortens it), then 5 per write: op ('r' push a
+--       record, 'R' push it only when not there — sent again after a lost connection —, 'i'
+--       add an inbound QoS 2 id, 'c' claim a shared group's marker — the key — for the member
+--       named by the value, 'C' the same sent again), key index, value, seen marker key index
+--       ('0': none), index of the inbound message's marker index (session:qos2marks; '0':
+--       none — the marker then lives ARGV[2])
 """
     + _WRITER_FENCE
     + """\
 local mine = KEYS[1] .. '@' .. ARGV[1]  -- a marker this run wrote
 local out = {}
 local n = 0
-for i = 3, #ARGV, 4 do
+for i = 4, #ARGV, 5 do
   local key = KEYS[tonumber(ARGV[i + 1])]
   local value = ARGV[i + 2]
   local marker = tonumber(ARGV[i + 3])
+  local marks = tonumber(ARGV[i + 4])
   n = n + 1
   local was = marker > 0 and redis.call('GET', KEYS[marker])
   if ARGV[i] == 'i' then
@@ -312,6 +367,11 @@ for i = 3, #ARGV, 4 do
     local held = redis.call('GET', key)
     if held and (ARGV[i] ~= 'C' or held ~= claim) then
       out[n] = 0  -- the group has the message already (a member's record or claim)
+    elseif marks > 0 then
+      redis.call('SET', key, claim, 'PX', ARGV[3])
+      redis.call('SADD', KEYS[marks], key)
+      redis.call('PEXPIRE', KEYS[marks], ARGV[3])
+      out[n] = 1
     else
       redis.call('SET', key, claim, 'PX', ARGV[2])
       out[n] = 1
@@ -322,7 +382,11 @@ for i = 3, #ARGV, 4 do
     if ARGV[i] ~= 'R' or not redis.call('LPOS', key, value) then
       redis.call('RPUSH', key, value)
     end
-    if marker > 0 then
+    if marks > 0 then
+      redis.call('SET', KEYS[marker], mine, 'PX', ARGV[3])
+      redis.call('SADD', KEYS[marks], KEYS[marker])
+      redis.call('PEXPIRE', KEYS[marks], ARGV[3])
+    elseif marker > 0 then
       redis.call('SET', KEYS[marker], mine, 'PX', ARGV[2])
     end
     out[n] = 1
@@ -342,16 +406,36 @@ is queued for that session already — another node recorded it, or it came here
 write sent again after a lost connection (``R``) finds its own marker (the run's lease key and
 epoch) and is pushed only when not there."""
 
-FencedWrite = tuple[str, str, bytes | str, str]
+FencedWrite = tuple[str, str, bytes | str, str, str]
 """One write of :data:`FENCED_WRITES`: (``'r'`` a record, ``'i'`` an inbound id or ``'c'`` a
 shared group's claim, its key — the session's queue, its ``qos2in`` set, or the group's
 ``shared:seen`` marker —, the record, the packet id or the member's client id, the record's
-``session:seen`` / ``shared:seen`` marker key or ``''``)."""
+``session:seen`` / ``shared:seen`` marker key or ``''``, and for a marker (or claim) of an
+inbound QoS 2 message id the message's marker index ``session:qos2marks:<message id>`` or
+``''``: such a marker lives until its exchange is released, not ``seen_ttl_ms``)."""
 
 FORWARDED_SEEN_TTL_MS = 60_000
 """Lifetime of a ``session:seen`` marker: longer than a forwarded message can take to be
 replayed after its receiver died (the link closes at once on a kill; a replayed message waits at
 most 2 x the lease TTL + 5 s for a new owner's claim or link, 25 s with the default TTL)."""
+
+INBOUND_MARK_TTL_MS = 86_400_000
+"""Ceiling of an inbound QoS 2 message's markers (``session:seen`` / ``shared:seen``) and of
+its index (``session:qos2marks``), 24 h: they live while the publisher's exchange is open and
+get :func:`inbound_release_grace_ms` when it closes (``RELEASE_INBOUND_ID``, the session's
+release or clean start). The ceiling only bounds what no release reaches: a publisher that
+leaves an exchange open for longer than this (or whose session expired while its owner node
+was dead) has a re-send taken for a new message again."""
+
+
+def inbound_release_grace_ms(lease_ttl_s: float) -> int:
+    """What an inbound QoS 2 message's markers keep after its exchange is released: a
+    forwarded frame of it can still be replayed (2 x the lease TTL + 5 s at most)."""
+    return int((2 * lease_ttl_s + 5) * 1000)
+
+
+INBOUND_RELEASE_GRACE_MS = inbound_release_grace_ms(10.0)
+"""The grace with the default lease TTL (10 s): 25 s."""
 
 
 class AppendOutcome(enum.IntEnum):
@@ -476,12 +560,15 @@ def claim_session(
     identity: str = "",
     refuse_foreign: bool = True,
     incarnation: str = "",
+    release_grace_ms: int = INBOUND_RELEASE_GRACE_MS,
 ) -> ScriptCall:
     """The :data:`CLAIM_SESSION` call of one CONNECT.
 
     ``identity``: who connects (stored with the session; ``''``: no identity check);
     ``refuse_foreign``: another identity's session is refused (else started clean);
-    ``incarnation``: the one a durable session starting now (new, or started clean) takes.
+    ``incarnation``: the one a durable session starting now (new, or started clean) takes;
+    ``release_grace_ms``: what the markers of a stored session's open inbound QoS 2 exchanges
+    keep when the claim ends that session (clean start, or not durable now).
     """
     exp_node, exp_epoch = expected if expected is not None else ("", 0)
     return ScriptCall(
@@ -507,12 +594,20 @@ def claim_session(
             identity,
             "1" if refuse_foreign else "0",
             incarnation,
+            str(release_grace_ms),
         ),
     )
 
 
-def release_session(keys: ClusterKeys, client_id: str, node_id: str, epoch: int) -> ScriptCall:
-    """The :data:`RELEASE_SESSION` call for a session that ended on ``node_id``."""
+def release_session(
+    keys: ClusterKeys,
+    client_id: str,
+    node_id: str,
+    epoch: int,
+    release_grace_ms: int = INBOUND_RELEASE_GRACE_MS,
+) -> ScriptCall:
+    """The :data:`RELEASE_SESSION` call for a session that ended on ``node_id``
+    (``release_grace_ms``: what the markers of its open inbound QoS 2 exchanges keep)."""
     return ScriptCall(
         RELEASE_SESSION,
         (
@@ -520,7 +615,7 @@ def release_session(keys: ClusterKeys, client_id: str, node_id: str, epoch: int)
             keys.node_sessions(node_id),
             *_state_keys(keys, client_id),
         ),
-        (node_id, str(epoch), client_id, keys.prefix),
+        (node_id, str(epoch), client_id, keys.prefix, str(release_grace_ms)),
     )
 
 
@@ -532,11 +627,14 @@ def append_if_owner(
     forward_id: str = "",
     seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
     writer: tuple[str, int] | None = None,
+    mark_ttl_ms: int = INBOUND_MARK_TTL_MS,
 ) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
     """Script, keys and arguments of :data:`APPEND_IF_OWNER` (the record stays bytes).
 
     ``forward_id``: the id of a forwarded record (the one inside ``record``); the append is
-    skipped when the session's marker of that id exists, and writes it otherwise.
+    skipped when the session's marker of that id exists, and writes it otherwise (an inbound
+    QoS 2 message id's marker lives ``mark_ttl_ms``, in the message's marker index, until its
+    exchange is released; any other one ``seen_ttl_ms``).
     ``writer``: the fencing token (node id, epoch) of the appending node's run. With it the
     append is refused (``WRITER_FENCED``) unless that run holds its lease, and a session whose
     expected owner run still holds its lease (alive: a link dropped, or it is handing the
@@ -552,11 +650,11 @@ def append_if_owner(
         writer_node,
         str(writer_epoch),
     )
-    return (
-        APPEND_IF_OWNER,
-        _queue_keys(keys, keys.session_owner(client_id), client_id, forward_id),
-        args,
-    )
+    names = _queue_keys(keys, keys.session_owner(client_id), client_id, forward_id)
+    if forward_id and is_inbound_id(forward_id):
+        names = (*names, keys.inbound_marks(forward_id))
+        args = (*args, str(mark_ttl_ms))
+    return APPEND_IF_OWNER, names, args
 
 
 def _queue_keys(keys: ClusterKeys, first: str, client_id: str, forward_id: str) -> tuple[str, ...]:
@@ -593,15 +691,30 @@ def fenced_inbound_id(
 
 
 def release_inbound_id(
-    keys: ClusterKeys, client_id: str, packet_id: int, generation: int
+    keys: ClusterKeys,
+    client_id: str,
+    packet_id: int,
+    generation: int,
+    message_id: str = "",
+    grace_ms: int = INBOUND_RELEASE_GRACE_MS,
 ) -> tuple[str, tuple[str, ...], tuple[str | bytes, ...]]:
     """Script, keys and arguments of :data:`RELEASE_INBOUND_ID` (``generation``: the times
-    the id was released before this release)."""
+    the id was released before this release; ``message_id``: the released message's id,
+    whose markers then keep ``grace_ms``; ``''``: none to shorten)."""
+    names = (keys.session_qos2_inbound(client_id), keys.session_qos2_generations(client_id))
+    if not message_id:
+        return RELEASE_INBOUND_ID, names, (str(packet_id), str(generation))
     return (
         RELEASE_INBOUND_ID,
-        (keys.session_qos2_inbound(client_id), keys.session_qos2_generations(client_id)),
-        (str(packet_id), str(generation)),
+        (*names, keys.inbound_marks(message_id)),
+        (str(packet_id), str(generation), str(grace_ms)),
     )
+
+
+def is_inbound_id(record_id: str) -> bool:
+    """True for an inbound QoS 2 message id (``<incarnation>/q<packet id>.<generation>``),
+    False for a node's forward id (``<node>/<epoch>/f<n>``) or a record counter."""
+    return record_id.rpartition("/")[2][:1] == "q"
 
 
 class FencedWrites:
@@ -612,11 +725,15 @@ class FencedWrites:
     __slots__ = ("epoch", "node_id", "_head", "_lease")
 
     def __init__(
-        self, keys: ClusterKeys, writer: tuple[str, int], seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS
+        self,
+        keys: ClusterKeys,
+        writer: tuple[str, int],
+        seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
+        mark_ttl_ms: int = INBOUND_MARK_TTL_MS,
     ) -> None:
         self.node_id, self.epoch = writer
         self._lease = keys.lease(writer[0])
-        self._head: tuple[str | bytes | int, ...] = (writer[1], seen_ttl_ms)
+        self._head: tuple[str | bytes | int, ...] = (writer[1], seen_ttl_ms, mark_ttl_ms)
 
     def build(
         self, writes: list[FencedWrite], once: bool = False
@@ -628,7 +745,7 @@ class FencedWrites:
         push = "R" if once else "r"
         claim = "C" if once else "c"
         index: dict[str, int] = {}
-        for op, key, value, seen in writes:
+        for op, key, value, seen, marks in writes:
             at = index.get(key)
             if at is None:
                 names.append(key)
@@ -637,7 +754,12 @@ class FencedWrites:
             if seen:
                 names.append(seen)
                 marker = len(names)
-            args += (push if op == "r" else claim if op == "c" else op, at, value, marker)
+            indexed = 0
+            if marks:
+                names.append(marks)
+                indexed = len(names)
+            op = push if op == "r" else claim if op == "c" else op
+            args += (op, at, value, marker, indexed)
         return FENCED_WRITES, tuple(names), tuple(args)
 
 
@@ -647,7 +769,8 @@ def fenced_writes(
     writes: list[FencedWrite],
     seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
     once: bool = False,
+    mark_ttl_ms: int = INBOUND_MARK_TTL_MS,
 ) -> tuple[str, tuple[str, ...], tuple[str | bytes | int, ...]]:
     """Script, keys and arguments of :data:`FENCED_WRITES` (``once``: records pushed only when
     not there, for a call cut off by a lost connection)."""
-    return FencedWrites(keys, writer, seen_ttl_ms).build(writes, once)
+    return FencedWrites(keys, writer, seen_ttl_ms, mark_ttl_ms).build(writes, once)

@@ -2,7 +2,7 @@
 
 The script's argument layout is :class:`xmq.contract.session_scripts.FencedWrites`'s; this
 module encodes it cheaply (a test holds each call to the layout's generic encoding). At 50
-messages/s a batch carries one write, and encoding its eleven arguments with
+messages/s a batch carries one write, and encoding its thirteen arguments with
 ``hiredis.pack_command`` costs ~18,000 instructions (a ``sprintf`` per argument), more than
 the rest of the record's path in the store: a one-write call is instead one ``bytes`` format
 into a template whose constant parts (the script's sha, the lease key, the epoch and the
@@ -13,7 +13,12 @@ writes is encoded argument by argument.
 from __future__ import annotations
 
 from xmq.contract.keys import ClusterKeys
-from xmq.contract.session_scripts import FENCED_WRITES, FencedWrite, FencedWrites
+from xmq.contract.session_scripts import (
+    FENCED_WRITES,
+    INBOUND_MARK_TTL_MS,
+    FencedWrite,
+    FencedWrites,
+)
 from xmq.store.redis_batcher import ScriptCall, script_sha
 from xmq.store.resp_connection import encode_command
 
@@ -27,20 +32,27 @@ class FencedCalls:
     """The calls of the run (``node_id``, ``epoch``); the batcher coalesces the writes of one
     ``FencedCalls`` (``combine``, this object as the group) into one call per flush."""
 
-    __slots__ = ("epoch", "node_id", "_constants", "_heads", "_layout", "_lease", "_sha", "_ttl")
+    __slots__ = ("epoch", "node_id", "_constants", "_heads", "_layout", "_lease", "_sha", "_ttls")
 
-    def __init__(self, keys: ClusterKeys, writer: tuple[str, int], seen_ttl_ms: int) -> None:
+    def __init__(
+        self,
+        keys: ClusterKeys,
+        writer: tuple[str, int],
+        seen_ttl_ms: int,
+        mark_ttl_ms: int = INBOUND_MARK_TTL_MS,
+    ) -> None:
         self.node_id, self.epoch = writer
-        self._layout = FencedWrites(keys, writer, seen_ttl_ms)
+        self._layout = FencedWrites(keys, writer, seen_ttl_ms, mark_ttl_ms)
         self._sha = script_sha(FENCED_WRITES)
         self._lease = keys.lease(writer[0])
-        self._ttl = seen_ttl_ms
-        self._constants = _bulk(writer[1]) + _bulk(seen_ttl_ms)
-        # one write: 11 arguments, 2 keys (lease, key); 12 and 3 with a seen marker
+        self._ttls = (seen_ttl_ms, mark_ttl_ms)
+        self._constants = _bulk(writer[1]) + _bulk(seen_ttl_ms) + _bulk(mark_ttl_ms)
+        # one write: 13 arguments, 2 keys (lease, key); 14 and 3 with a seen marker (or an
+        # inbound claim's marker index), 15 and 4 with a marker and its index
         self._heads = tuple(
             b"*%d\r\n$7\r\nEVALSHA\r\n%b%b%b"
-            % (9 + n, _bulk(self._sha), _bulk(n), _bulk(self._lease))
-            for n in (2, 3)
+            % (11 + n, _bulk(self._sha), _bulk(n), _bulk(self._lease))
+            for n in (2, 3, 4)
         )
 
     def combine(self, writes: list[FencedWrite], once: bool) -> ScriptCall:
@@ -49,40 +61,46 @@ class FencedCalls:
             text, keys, args = self._layout.build(writes, once)
             every: tuple[str | bytes | int, ...] = ("EVALSHA", self._sha, len(keys), *keys, *args)
             return text, every, encode_command(every)
-        op, key, value, seen = writes[0]
+        op, key, value, seen, marks = writes[0]
         if once and (op == "r" or op == "c"):
             op = op.upper()  # (the layout's push-if-absent, claim-unless-mine)
         data = value if type(value) is bytes else str(value).encode()
         name = key.encode()
+        sha, lease, epoch = self._sha, self._lease, self.epoch
+        ttl, kept = self._ttls
         if seen:
-            sha, lease, epoch, ttl = self._sha, self._lease, self.epoch, self._ttl
-            command: tuple[str | bytes | int, ...] = (
-                "EVALSHA", sha, 3, lease, key, seen, epoch, ttl, op, 2, value, 3
-            )  # fmt: skip
             marker = seen.encode()
-            head, seen_bulk, at = self._heads[1], b"$%d\r\n%b\r\n" % (len(marker), marker), b"3"
+            extra = b"$%d\r\n%b\r\n" % (len(marker), marker)
+            if marks:
+                index = marks.encode()
+                extra += b"$%d\r\n%b\r\n" % (len(index), index)
+                command: tuple[str | bytes | int, ...] = (
+                    "EVALSHA", sha, 4, lease, key, seen, marks, epoch, ttl, kept, op, 2, value, 3, 4
+                )  # fmt: skip
+                head, at, indexed = self._heads[2], b"3", b"4"
+            else:
+                command = (
+                    "EVALSHA", sha, 3, lease, key, seen, epoch, ttl, kept, op, 2, value, 3, 0
+                )  # fmt: skip
+                head, at, indexed = self._heads[1], b"3", b"0"
+        elif marks:
+            index = marks.encode()
+            extra = b"$%d\r\n%b\r\n" % (len(index), index)
+            command = ("EVALSHA", sha, 3, lease, key, marks, epoch, ttl, kept, op, 2, value, 0, 3)
+            head, at, indexed = self._heads[1], b"0", b"3"
         else:
-            command = (
-                "EVALSHA",
-                self._sha,
-                2,
-                self._lease,
-                key,
-                self.epoch,
-                self._ttl,
-                op,
-                2,
-                value,
-                0,
-            )
-            head, seen_bulk, at = self._heads[0], b"", b"0"
+            command = ("EVALSHA", sha, 2, lease, key, epoch, ttl, kept, op, 2, value, 0, 0)
+            head, extra, at, indexed = self._heads[0], b"", b"0", b"0"
         constants, op_bytes = self._constants, op.encode()
-        # head, the key, its seen marker (or nothing), the constant arguments, op, value,
-        # marker index: the layout of a one-write call (keys 1 lease, 2 key, 3 marker; ARGV
-        # epoch, TTL, op, key index 2, value, marker index). A literal format: the compiled
-        # build joins its parts in one allocation (``bytes %`` on a name parses the format
-        # per call); a test holds it to the generic encoding.
-        payload = b"%b$%d\r\n%b\r\n%b%b$1\r\n%b\r\n$1\r\n2\r\n$%d\r\n%b\r\n$1\r\n%b\r\n" % (
-            head, len(name), name, seen_bulk, constants, op_bytes, len(data), data, at
+        # head, the key, its seen marker and marker index (or nothing), the constant
+        # arguments, op, value, marker index, marker index's index: the layout of a one-write
+        # call (keys 1 lease, 2 key, then the marker and the index; ARGV epoch, TTL, indexed
+        # TTL, op, key index 2, value, marker index, index index). A literal format: the
+        # compiled build joins its parts in one allocation (``bytes %`` on a name parses the
+        # format per call); a test holds it to the generic encoding.
+        payload = (
+            b"%b$%d\r\n%b\r\n%b%b$1\r\n%b\r\n$1\r\n2\r\n$%d\r\n%b\r\n$1\r\n%b\r\n$1\r\n%b\r\n"
+        ) % (
+            head, len(name), name, extra, constants, op_bytes, len(data), data, at, indexed
         )  # fmt: skip
         return FENCED_WRITES, command, payload

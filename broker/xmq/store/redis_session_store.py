@@ -48,8 +48,11 @@ from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import encode_record
 from xmq.contract.session_scripts import (
     FORWARDED_SEEN_TTL_MS,
+    INBOUND_MARK_TTL_MS,
+    INBOUND_RELEASE_GRACE_MS,
     AppendOutcome,
     append_if_owner,
+    is_inbound_id,
     release_inbound_id,
 )
 from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, SubscriptionSpec
@@ -106,6 +109,8 @@ class RedisSessionStore:
         clock: Callable[[], float],
         max_queued_writes: int = 0,
         seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
+        release_grace_ms: int = INBOUND_RELEASE_GRACE_MS,
+        mark_ttl_ms: int = INBOUND_MARK_TTL_MS,
     ) -> None:
         self.batcher = batcher
         self.keys = keys
@@ -124,10 +129,16 @@ class RedisSessionStore:
         self._id_run: tuple[str, int] = ("", -1)
         self._paused: set[SessionClient] = set()
         self.seen_ttl_ms = seen_ttl_ms
+        # an inbound QoS 2 message's markers: kept while its exchange is open (at most
+        # ``mark_ttl_ms``), ``release_grace_ms`` once it is released (RELEASE_INBOUND_ID)
+        self.release_grace_ms = release_grace_ms
+        self.mark_ttl_ms = mark_ttl_ms
         # (client id, forward id) of the latest forwarded records made here (or read back by
         # a claim, ``restored``): a message reaching one session by two paths is recorded once
         self._recent = ForwardedMarks(clock)
-        self._fenced = FencedCalls(keys, (identity.node_id, identity.epoch), seen_ttl_ms)
+        self._fenced = FencedCalls(
+            keys, (identity.node_id, identity.epoch), seen_ttl_ms, mark_ttl_ms
+        )
         # the per-message keys' constant parts (``keys.session_queue(id)`` is
         # ``_queue_prefix + id``: a concatenation, not a call building the whole key)
         self._queue_prefix = keys.session_queue("")
@@ -203,7 +214,7 @@ class RedisSessionStore:
         forward_id = context.forward_id
         mark: tuple[str, str] | None = None
         share = delivery.share
-        seen = ""
+        seen = marks = ""
         if share is None:
             if forward_id:
                 mark = (session.client_id, forward_id)
@@ -213,6 +224,9 @@ class RedisSessionStore:
                     self.duplicates += 1
                     return True
                 seen = self.keys.session_seen(session.client_id, forward_id)
+                if message.qos == 2 and is_inbound_id(forward_id):
+                    # kept, in the message's index, until its exchange is released
+                    marks = self.keys.inbound_marks(forward_id)
         else:
             forward_id = ""
             # a member's record of an inbound QoS 2 message marks the group: a re-sent
@@ -221,6 +235,7 @@ class RedisSessionStore:
                 group_id = claim_id(message)
                 if group_id:
                     seen = self.keys.shared_seen(group_id, share.share_group, share.topic_filter)
+                    marks = self.keys.inbound_marks(group_id)
         raw = self.new_record(
             message, delivery.qos, delivery.retain, delivery.subscription_ids, forward_id
         )
@@ -255,25 +270,30 @@ class RedisSessionStore:
                 if session.store is self:
                     session.deliver_recorded(delivery, self.clock())
 
-            self._push(session.client_id, raw, seen, recorded)
+            self._push(session.client_id, raw, seen, marks, recorded)
             if self.unwritten > self.limit:
                 self._pause(message.origin)
             return True
-        self._push(session.client_id, raw, seen, self._written_reply)
+        self._push(session.client_id, raw, seen, marks, self._written_reply)
         if self.unwritten > self.limit:
             self._pause(message.origin)
         return session.deliver_recorded(delivery, now)
 
-    def _push(self, client_id: str, raw: bytes, seen: str, callback: Callable[[Any], None]) -> None:
+    def _push(
+        self, client_id: str, raw: bytes, seen: str, marks: str, callback: Callable[[Any], None]
+    ) -> None:
         """``RPUSH`` the record (and ``SET`` its ``seen`` marker, when it has one, unless the
-        marker exists) while this run holds its lease; a stale run's write is refused
-        (``FENCED``: the callback gets the failure)."""
+        marker exists; ``marks``: the inbound message's marker index it joins) while this run
+        holds its lease; a stale run's write is refused (``FENCED``: the callback gets the
+        failure)."""
         queue = self._queue_prefix + client_id
         written: tuple[str, ...]
-        if seen:
-            item, written = ("r", queue, raw, seen), (queue, seen)
+        if marks:
+            item, written = ("r", queue, raw, seen, marks), (queue, seen, marks)
+        elif seen:
+            item, written = ("r", queue, raw, seen, ""), (queue, seen)
         else:
-            item, written = ("r", queue, raw, ""), (queue,)
+            item, written = ("r", queue, raw, "", ""), (queue,)
         self.batcher.coalesced(FencedCalls.combine, self._calls(), item, written, callback)
 
     def claim_shared(
@@ -306,8 +326,9 @@ class RedisSessionStore:
                 self.duplicates += 1
             claimed(reply == 1)
 
-        item = ("c", key, member, "")
-        self.batcher.coalesced(FencedCalls.combine, self._calls(), item, (key,), answered)
+        marks = self.keys.inbound_marks(message_id)  # the claim lives while the exchange is open
+        item = ("c", key, member, "", marks)
+        self.batcher.coalesced(FencedCalls.combine, self._calls(), item, (key, marks), answered)
 
     def _calls(self) -> FencedCalls:
         """This run's ``FENCED_WRITES`` calls (the batcher coalesces the writes of one
@@ -316,7 +337,7 @@ class RedisSessionStore:
         identity = self.identity
         if fenced.epoch != identity.epoch or fenced.node_id != identity.node_id:
             fenced = self._fenced = FencedCalls(
-                self.keys, (identity.node_id, identity.epoch), self.seen_ttl_ms
+                self.keys, (identity.node_id, identity.epoch), self.seen_ttl_ms, self.mark_ttl_ms
             )
         return fenced
 
@@ -407,7 +428,7 @@ class RedisSessionStore:
             self.batcher.coalesced(
                 FencedCalls.combine,
                 self._calls(),
-                ("i", key, str(packet_id), ""),
+                ("i", key, str(packet_id), "", ""),
                 (key,),
                 callback or _ignore,
             )
@@ -415,8 +436,13 @@ class RedisSessionStore:
         if generation is None:  # a session without inbound message ids
             self.batcher.command("SREM", key, packet_id, callback=callback)
             return
-        # removed, and its release count moved on (the id's next message is a new one): once
-        script, keys, args = release_inbound_id(self.keys, session.client_id, packet_id, generation)
+        # removed, and its release count moved on (the id's next message is a new one): once;
+        # the released message's markers (its index) keep only a replay's grace
+        ids = session.inbound_ids
+        message_id = f"{ids.incarnation}/q{packet_id}.{generation}" if ids is not None else ""
+        script, keys, args = release_inbound_id(
+            self.keys, session.client_id, packet_id, generation, message_id, self.release_grace_ms
+        )
         self.batcher.script(script, keys, args, callback=callback)
 
     def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
@@ -491,6 +517,7 @@ class RedisSessionStore:
             forward_id,
             self.seen_ttl_ms,
             (identity.node_id, identity.epoch),  # the fencing token of this run
+            self.mark_ttl_ms,
         )
         if hold is not None:
             hold.hold()

@@ -15,14 +15,15 @@ from collections.abc import Callable
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import RecordError, decode_record
 from xmq.contract.session_scripts import (
-    ClaimOutcome as ScriptOutcome,
-)
-from xmq.contract.session_scripts import (
+    INBOUND_RELEASE_GRACE_MS,
     ClaimReply,
     ReleaseOutcome,
     StoredSession,
     claim_session,
     release_session,
+)
+from xmq.contract.session_scripts import (
+    ClaimOutcome as ScriptOutcome,
 )
 from xmq.contract.subscription_record import (
     StoredSubscription,
@@ -136,8 +137,12 @@ class RedisSessionDirectory:
         identity: NodeIdentity,
         is_local: Callable[[str], bool],
         clock: Callable[[], float],
+        release_grace_ms: int = INBOUND_RELEASE_GRACE_MS,
     ) -> None:
         self.batcher = batcher
+        # what the markers of a session's open inbound QoS 2 exchanges keep when the session
+        # ends (its release, or a clean start's claim)
+        self.release_grace_ms = release_grace_ms
         self.keys = keys
         self.identity = identity
         self.is_local = is_local
@@ -173,6 +178,7 @@ class RedisSessionDirectory:
             identity=identity,
             refuse_foreign=refuse_foreign,
             incarnation=(incarnation := secrets.token_hex(8)),  # a session starting now
+            release_grace_ms=self.release_grace_ms,
         )
         self.claims += 1
         try:
@@ -201,7 +207,7 @@ class RedisSessionDirectory:
     def release(self, client_id: str) -> None:
         identity = self.identity
         epoch = identity.epoch
-        call = release_session(self.keys, client_id, identity.node_id, epoch)
+        call = release_session(self.keys, client_id, identity.node_id, epoch, self.release_grace_ms)
 
         def replied(reply: object) -> None:
             if reply == ReleaseOutcome.FENCED:

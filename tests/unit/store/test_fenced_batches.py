@@ -117,9 +117,9 @@ def test_a_batch_sent_again_pushes_only_what_is_not_there(
     write_lease(sync, KEYS, *NODE)
     queue, seen = KEYS.session_queue("c1"), KEYS.session_seen("c1", "b-0/1/f2")
     writes: list[FencedWrite] = [
-        ("r", queue, b"r1", ""),
-        ("i", KEYS.session_qos2_inbound("p1"), "7", ""),
-        ("r", queue, b"r2", seen),
+        ("r", queue, b"r1", "", ""),
+        ("i", KEYS.session_qos2_inbound("p1"), "7", "", ""),
+        ("r", queue, b"r2", seen, ""),
     ]
     script, keys, args = fenced_writes(KEYS, NODE, writes)
     assert sync.eval(script, len(keys), *keys, *args) == [1, 1, 1]

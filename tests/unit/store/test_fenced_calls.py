@@ -37,12 +37,48 @@ QUEUE = KEYS.session_queue("c1")
 @pytest.mark.parametrize(
     "writes",
     [
-        pytest.param([("r", QUEUE, b"rec\r\n$3\r\n", "")], id="record"),
-        pytest.param([("r", QUEUE, b"rec", KEYS.session_seen("c1", "b-0/1/f2"))], id="forwarded"),
-        pytest.param([("i", KEYS.session_qos2_inbound("c1"), "65535", "")], id="inbound-id"),
+        pytest.param([("r", QUEUE, b"rec\r\n$3\r\n", "", "")], id="record"),
         pytest.param(
-            [("r", QUEUE, b"r1", ""), ("i", KEYS.session_qos2_inbound("c1"), "7", "")],
-            id="two-writes",
+            [("r", QUEUE, b"rec", KEYS.session_seen("c1", "b-0/1/f2"), "")], id="forwarded"
+        ),
+        pytest.param(
+            [
+                (
+                    "r",
+                    QUEUE,
+                    b"rec",
+                    KEYS.session_seen("c1", "i1/q5.0"),
+                    KEYS.inbound_marks("i1/q5.0"),
+                )
+            ],
+            id="inbound-message",
+        ),
+        pytest.param(
+            [
+                (
+                    "c",
+                    KEYS.shared_seen("i1/q5.0", "g", "t/#"),
+                    "m1",
+                    "",
+                    KEYS.inbound_marks("i1/q5.0"),
+                )
+            ],
+            id="inbound-claim",
+        ),
+        pytest.param([("i", KEYS.session_qos2_inbound("c1"), "65535", "", "")], id="inbound-id"),
+        pytest.param(
+            [
+                ("r", QUEUE, b"r1", "", ""),
+                ("i", KEYS.session_qos2_inbound("c1"), "7", "", ""),
+                (
+                    "r",
+                    QUEUE,
+                    b"r2",
+                    KEYS.session_seen("c1", "i1/q7.1"),
+                    KEYS.inbound_marks("i1/q7.1"),
+                ),
+            ],
+            id="three-writes",
         ),
     ],
 )

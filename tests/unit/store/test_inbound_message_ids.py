@@ -73,7 +73,7 @@ def test_a_record_whose_message_the_session_has_queued_is_not_pushed(
     write_lease(sync, KEYS, *A)
     write_lease(sync, KEYS, *B)
     at_a, at_b = FencedWrites(KEYS, A), FencedWrites(KEYS, B)
-    write = ("r", queue, b"rec", seen)
+    write = ("r", queue, b"rec", seen, "")
     assert _eval(sync, at_a.build([write])) == [1]
     assert _eval(sync, at_b.build([write])) == [0]  # another node's copy: not queued again
     assert _eval(sync, at_a.build([write])) == [0]  # nor the same run's second one
@@ -83,7 +83,7 @@ def test_a_record_whose_message_the_session_has_queued_is_not_pushed(
     assert _eval(sync, at_b.build([write], once=True)) == [0]
     assert sync.lrange(queue, 0, -1) == [b"rec"]
     # a record without a marker (a local id) is pushed as before
-    assert _eval(sync, at_b.build([("r", queue, b"own", "")])) == [1]
+    assert _eval(sync, at_b.build([("r", queue, b"own", "", "")])) == [1]
     assert sync.lrange(queue, 0, -1) == [b"rec", b"own"]
 
 

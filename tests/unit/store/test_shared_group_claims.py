@@ -60,7 +60,7 @@ def _eval(client: redis.Redis, call: tuple[str, tuple[str, ...], tuple[object, .
 def test_a_group_is_claimed_once_and_a_member_record_marks_it(sync: redis.Redis) -> None:
     marker = KEYS.shared_seen(MESSAGE_ID, "g", "a/+/c")
     at_a, at_b = FencedWrites(KEYS, A), FencedWrites(KEYS, B)
-    claim_1, claim_2 = ("c", marker, "m1", ""), ("c", marker, "m2", "")
+    claim_1, claim_2 = ("c", marker, "m1", "", ""), ("c", marker, "m2", "", "")
     assert str(_eval(sync, at_a.build([claim_1]))).startswith("FENCED")  # no lease
     assert not sync.exists(marker)
     write_lease(sync, KEYS, *A)
@@ -75,11 +75,13 @@ def test_a_group_is_claimed_once_and_a_member_record_marks_it(sync: redis.Redis)
     assert 0 < int(sync.pttl(marker)) <= 60_000
     # a persistent member's record carries the group's marker: not pushed once claimed ...
     queue = KEYS.session_queue("m3")
-    assert _eval(sync, at_b.build([("r", queue, b"rec", marker)])) == [0]
+    assert _eval(sync, at_b.build([("r", queue, b"rec", marker, "")])) == [0]
     assert not sync.exists(queue)
     # ... and, pushed first, it makes a later claim or record of the group a no-op
     other = KEYS.shared_seen("abc/q6.0", "g", "a/+/c")
-    assert _eval(sync, at_b.build([("r", queue, b"rec", other), ("c", other, "m1", "")])) == [1, 0]
+    assert _eval(
+        sync, at_b.build([("r", queue, b"rec", other, ""), ("c", other, "m1", "", "")])
+    ) == [1, 0]
     assert sync.lrange(queue, 0, -1) == [b"rec"]
 
 
@@ -225,11 +227,13 @@ async def test_a_clean_member_s_claim_costs_no_redis_call_of_its_own(
         after = _calls(sync)
         counts.append({name: after[name] - before.get(name, 0) for name in after} | {"info": 0})
     # per message: one call adding its packet id (and the claim), one releasing it; the
-    # claim is a GET and a SET (with its TTL) inside the first
+    # claim is a GET, a SET and the marker index's SADD and PEXPIRE inside the first, and the
+    # release (which reads the index in either case) shortens the claim's TTL: a PEXPIRE
     added = {name: counts[1][name] - counts[0].get(name, 0) for name in counts[1]}
     assert counts[0]["evalsha"] == counts[1]["evalsha"] == 20, counts
-    assert added["get"] == added["set"] == 10, counts
-    assert not any(added.get(name) for name in ("sadd", "srem", "hset", "rpush")), counts
+    assert added["get"] == added["set"] == added["sadd"] == 10, counts
+    assert added["pexpire"] == 20, counts
+    assert not any(added.get(name) for name in ("srem", "hset", "rpush", "smembers")), counts
 
 
 async def test_a_claim_whose_member_left_meanwhile_goes_to_another_member(
