@@ -118,8 +118,9 @@ class Client:
         return [p.payload for p in self.read() if isinstance(p, Publish)]
 
 
-def _seen_markers(client: redis.Redis) -> list[bytes]:
-    return sorted(client.keys(f"{KEYS.prefix}session:seen:*"))
+def _seen_markers(client: redis.Redis) -> list[str]:
+    keys = client.keys(f"{KEYS.prefix}session:seen:*")
+    return sorted(key.decode() if isinstance(key, bytes) else key for key in keys)
 
 
 async def test_a_message_recorded_again_after_the_seen_ttl_is_not_queued_twice(
