@@ -40,9 +40,10 @@ from xmq.store.redis_batcher import script_sha
 SREM_INBOUND = (
     rb"\$7\r\nEVALSHA\r\n\$40\r\n"
     + script_sha(RELEASE_INBOUND_ID).encode()
-    + rb"\r\n\$1\r\n2\r\n\$\d+\r\n[^\r]*session:qos2in:[^\r]*\r\n"
+    + rb"\r\n\$1\r\n[23]\r\n\$\d+\r\n[^\r]*session:qos2in:[^\r]*\r\n"
 )
-"""The release of an inbound QoS 2 id (``RELEASE_INBOUND_ID``: its ``SREM`` and generation)."""
+"""The release of an inbound QoS 2 id (``RELEASE_INBOUND_ID``: its ``SREM`` and generation;
+3 keys: with the released message's marker index)."""
 
 
 def _read(client: RawClient, seconds: float) -> list[Packet]:

@@ -34,6 +34,7 @@ from xmq.contract import ClusterKeys
 from xmq.contract.session_scripts import (
     FencedWrite,
     FencedWrites,
+    append_if_owner,
     claim_session,
     release_session,
 )
@@ -238,3 +239,18 @@ def test_a_session_ending_shortens_the_markers_of_its_open_exchanges(sync: redis
     assert _claim(sync, "other", "inc-new", clean=True) == [0]  # a clean start: likewise
     assert all(0 < ttl <= 500 for ttl in ttls("inc-other/q5.0"))
     assert not sync.exists(KEYS.inbound_marks("inc-other/q5.0"))
+
+
+def test_a_dead_owner_s_append_indexes_an_inbound_message_s_marker(sync: redis.Redis) -> None:
+    """``APPEND_IF_OWNER`` (the session's owner is dead): an inbound message id's marker lives
+    with the exchange, in its index; a forward id's keeps the seen TTL."""
+    write_lease(sync, KEYS, *B)
+    sync.set(KEYS.session_owner("sub"), '{"node_id": "a-0", "epoch": 3}')  # A has no lease
+    for record_id in ("abc/q5.0", "b-0/5/f1"):
+        call = append_if_owner(KEYS, "sub", A, b"rec", record_id, SEEN_TTL_MS, B)
+        assert _eval(sync, call) == [0, b"", 0]
+    marker = KEYS.session_seen("sub", "abc/q5.0")
+    assert sync.pttl(marker) > 3_600_000
+    assert sync.smembers(KEYS.inbound_marks("abc/q5.0")) == {marker.encode()}
+    assert 0 < sync.pttl(KEYS.session_seen("sub", "b-0/5/f1")) <= SEEN_TTL_MS
+    assert not sync.exists(KEYS.inbound_marks("b-0/5/f1"))
