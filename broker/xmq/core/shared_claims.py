@@ -16,7 +16,8 @@ of such a message now claims the group in Redis before the member has it:
   written (``deliver_claimed``); a group that has it already gets nothing. The publisher's
   held acknowledgement waits for the claim, as for a record.
 
-The marker lives as long as the sessions' ``session:seen`` markers (60 s); it is written by
+The marker lives like the sessions' ``session:seen`` markers of the message (while the
+publisher's exchange is open: ``session:qos2marks``, docs/cluster.md); it is written by
 whichever node delivers, under that node's lease (fenced). A message a member gave up and
 another member takes over (``shared_handoff``, a dropped link's SHARED frames) belongs to
 the group already: it is handed on without its id (``handed_on``), so it claims nothing.

@@ -34,7 +34,11 @@ inbound QoS 2 PUBLISH carries such an id from its first routing (``core.inbound_
 same PUBLISH sent again to any node maps to it: a record whose marker exists is not pushed
 (the script answers ``0``) and its delivery is dropped (``duplicates``), while the hold is
 released — the session has the message. An inbound id's release moves the id's generation
-on in the same script as its ``SREM`` (``RELEASE_INBOUND_ID``).
+on in the same script as its ``SREM`` (``RELEASE_INBOUND_ID``). The markers of an inbound
+id (``session:seen`` and a group's ``shared:seen``) do not live ``seen_ttl_ms``: each joins the
+message's index (``session:qos2marks:<message id>``) in the same call and lives until the
+exchange is released (``mark_ttl_ms`` a ceiling); the release gives them ``release_grace_ms``
+(a replay's 2 x lease TTL + 5 s) and deletes the index.
 """
 
 from __future__ import annotations
