@@ -18,7 +18,10 @@
 * :data:`FENCED_WRITES` — the same two writes for a whole batch: one lease check, then each
   write in order (the durable store sends one call per batcher flush).
 * :data:`RELEASE_INBOUND_ID` — an inbound QoS 2 packet id released: ``SREM`` and its release
-  count (generation) moved on, once (compare-and-set).
+  count (generation) moved on, once (compare-and-set); the markers of the released message
+  (its ``session:qos2marks`` index, written by the records and claims of ``FENCED_WRITES``
+  and ``APPEND_IF_OWNER``) get a short grace. ``RELEASE_SESSION`` and a claim that ends a
+  stored session do the same for every open exchange of the session.
 * :data:`APPEND_IF_OWNER` — a publishing node appends a message to the Redis queue of a session
   whose owner it believes dead, only while the owner record still names that owner *and* that
   owner's run has no lease; otherwise the reply names the current owner (the message then goes
