@@ -1,6 +1,7 @@
 """A threaded TCP proxy for fault tests: each accepted connection is paired with one to the
 target and bytes are pumped both ways. Subclasses decide what is admitted (``admit``) and what
-the client side's bytes do (``forward``); ``close`` shuts every socket."""
+the client side's bytes do (``forward``) and the target's (``backward``); ``close`` shuts
+every socket."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ class TcpProxy:
     def forward(self, client: socket.socket, upstream: socket.socket) -> None:
         """Pump the client's bytes to the target (the default: all of them)."""
         pump(client, upstream)
+
+    def backward(self, upstream: socket.socket, client: socket.socket) -> None:
+        """Pump the target's bytes to the client (the default: all of them)."""
+        pump(upstream, client)
 
     def close(self) -> None:
         with self._lock:
@@ -66,7 +71,7 @@ class TcpProxy:
             with self._lock:
                 self._pairs.append((client, upstream))
             threading.Thread(target=self.forward, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=pump, args=(upstream, client), daemon=True).start()
+            threading.Thread(target=self.backward, args=(upstream, client), daemon=True).start()
 
 
 def pump(source: socket.socket, sink: socket.socket) -> None:

@@ -215,12 +215,36 @@ return 1
 """
 )
 
-APPEND_IF_OWNER = """\
+_QUEUE_EXPIRY = """\
+local function pushed(queue, value)
+  -- RPUSH; a queue it creates while its session is parked (the session's state has a TTL:
+  -- its client disconnected) expires with the session, also when no node is left to end it
+  if redis.call('RPUSH', queue, value) == 1 then
+    local at = string.find(queue, '}:session:queue:', 1, true)
+    if at then
+      local ttl = redis.call('PTTL', string.sub(queue, 1, at + 1) .. 'session:state:'
+                             .. string.sub(queue, at + 16))
+      if ttl > 0 then
+        redis.call('PEXPIRE', queue, ttl)
+      end
+    end
+  end
+end
+"""
+"""Lua: ``pushed(queue, value)``, the ``RPUSH`` of every script that queues a record. A session
+that disconnects with an empty queue has no queue key to ``EXPIRE`` (``disconnected()``); the
+first record after that creates it, and it takes the TTL of the session's state then."""
+
+APPEND_IF_OWNER = (
+    """\
 -- KEYS: 1 owner, 2 queue, 3 (forwarded records only) seen marker of the record id, 4 (inbound
 --       QoS 2 message ids only) the message's index of markers (session:qos2marks)
 -- ARGV: 1 expected owner node id, 2 expected owner epoch, 3 record, 4 marker TTL in ms,
 --       5 key prefix, 6 writer node id ('' no fencing), 7 writer epoch, 8 (with KEYS[4]) the
 --       TTL in ms of an indexed marker (a ceiling: its exchange's release shortens it)
+"""
+    + _QUEUE_EXPIRY
+    + """\
 if KEYS[3] and redis.call('EXISTS', KEYS[3]) == 1 then
   return {2, '', 0}  -- already queued for this session (and maybe acknowledged since)
 end
@@ -249,7 +273,7 @@ if owner['node_id'] == ARGV[1] and tonumber(owner['epoch']) == tonumber(ARGV[2])
     -- dropped, or it is handing the session over), never to the queue of a live session
     return {1, ARGV[1], tonumber(ARGV[2])}
   end
-  redis.call('RPUSH', KEYS[2], ARGV[3])
+  pushed(KEYS[2], ARGV[3])
   if KEYS[4] then
     redis.call('SET', KEYS[3], '1', 'PX', ARGV[8])
     redis.call('SADD', KEYS[4], KEYS[3])
@@ -261,6 +285,7 @@ if owner['node_id'] == ARGV[1] and tonumber(owner['epoch']) == tonumber(ARGV[2])
 end
 return {1, tostring(owner['node_id']), tonumber(owner['epoch']) or 0}
 """
+)
 
 _WRITER_FENCE = """\
 local lease = redis.call('GET', KEYS[1])
@@ -280,6 +305,7 @@ FENCED_RECORD = (
 --       again after a lost connection: it may have been applied)
 """
     + _WRITER_FENCE
+    + _QUEUE_EXPIRY
     + """\
 local mine = KEYS[1] .. '@' .. ARGV[1]
 if KEYS[3] then
@@ -289,7 +315,7 @@ if KEYS[3] then
   end
 end
 if ARGV[4] ~= '1' or not redis.call('LPOS', KEYS[2], ARGV[2]) then
-  redis.call('RPUSH', KEYS[2], ARGV[2])
+  pushed(KEYS[2], ARGV[2])
 end
 if KEYS[3] then
   redis.call('SET', KEYS[3], mine, 'PX', ARGV[3])
@@ -352,6 +378,7 @@ FENCED_WRITES = (
 --       none — the marker then lives ARGV[2])
 """
     + _WRITER_FENCE
+    + _QUEUE_EXPIRY
     + """\
 local mine = KEYS[1] .. '@' .. ARGV[1]  -- a marker this run wrote
 local out = {}
@@ -383,7 +410,7 @@ for i = 4, #ARGV, 5 do
     out[n] = 0  -- queued for the session already (by another node or path): not again
   else
     if ARGV[i] ~= 'R' or not redis.call('LPOS', key, value) then
-      redis.call('RPUSH', key, value)
+      pushed(key, value)
     end
     if marks > 0 then
       redis.call('SET', KEYS[marker], mine, 'PX', ARGV[3])

@@ -368,7 +368,9 @@ class ClientConnection(SessionClient):
         """The network connection is gone (called by the adapter exactly once)."""
         if self.state == CONNECTED:
             self._detach(publish_will=self.will_on_close)
-        if self.auth_task is not None:
+        if self.auth_task is not None and self.state != CLAIMING:
+            # a claim runs to its end (bounded by ``cluster.connect_wait_s``): Redis may have
+            # made this node the owner, which the login flow then parks here
             self.auth_task.cancel()
         self.state = next_state(self.state, ENDED)
 

@@ -23,7 +23,7 @@ from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import ReasonCode, connack_v311_code
 from xmq.codec.writer import encode
 from xmq.core.auth_ports import AuthDecision, AuthExchange, ClientAcl, Credentials
-from xmq.core.cluster_claims import claim_cluster_wide
+from xmq.core.cluster_claims import claim_cluster_wide, park_unattached
 from xmq.core.cluster_ports import ClusterUnavailableError, ForeignSessionError, RestoredSession
 from xmq.core.connection_states import AUTHENTICATING, CLAIMING, CLOSED, CONNECTED
 from xmq.core.session_access import (
@@ -288,7 +288,10 @@ async def _accept(
         except ForeignSessionError as error:
             refuse_connect(conn, ReasonCode.NOT_AUTHORIZED, str(error))
             return
-        if conn.state != CLAIMING or _foreign_refused(conn, terms, owner, refuse_foreign):
+        if conn.state != CLAIMING:  # the client went away while the claim was on its way
+            park_unattached(broker, conn, terms, restored, owner)
+            return
+        if _foreign_refused(conn, terms, owner, refuse_foreign):
             return
     _admit(conn, decision, connect, props, acl, restored, owner)
 

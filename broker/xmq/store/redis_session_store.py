@@ -508,17 +508,21 @@ class RedisSessionStore:
 
         ``hold`` is released once Redis has answered (after ``on_moved``, which takes its own
         holds for wherever it sends the message). A forwarded message is appended under its
-        ``forward_id``, and skipped when the session's marker of it exists.
+        ``forward_id``, and skipped when the session's marker of it exists; any other under
+        its record's id, which only this append's retries can find.
         """
         forward_id = message.forward_id
         raw = self.new_record(message, qos, retain, (), forward_id)
+        # one published here has no id of its own: its record's new id keys the marker, so
+        # the append sent again after a lost reply (a dead connection) is not queued twice
+        marker_id = forward_id or self._id_prefix + str(self._last_id)
         identity = self.identity
         script, keys, args = append_if_owner(
             self.keys,
             client_id,
             owner,
             raw,
-            forward_id,
+            marker_id,
             self.seen_ttl_ms,
             (identity.node_id, identity.epoch),  # the fencing token of this run
             self.mark_ttl_ms,
