@@ -9,7 +9,8 @@ whose owner is gone. A single node queues such a message for an offline persiste
 subscriptions (DSUB announced only non-shared ones): the publisher got 0x10 and the messages
 were lost (issue 12). Now node 1 appends them to the session's Redis queue
 (``RouteTable.shared_orphans``): PUBACK 0x00, and the member, resumed on node 1, receives each
-message exactly once.
+message exactly once. ``started``: the publisher and the member use a node 3 started after the
+kill, which learns the dead owner's shared subscriptions from Redis (``orphan_loader``).
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ def _received(client: PahoClient, count: int, timeout: float) -> list[bytes]:
     return got
 
 
-@pytest.mark.parametrize("connected", [False, True], ids=["offline", "online"])
+@pytest.mark.parametrize("case", ["offline", "online", "started"])
 def test_a_dead_nodes_persistent_shared_member_keeps_the_groups_messages(
-    fresh_cluster: ClusterNodes, redis_server: RedisServer, uid: str, connected: bool
+    fresh_cluster: ClusterNodes, redis_server: RedisServer, uid: str, case: str
 ) -> None:
+    connected = case == "online"
     nodes = fresh_cluster
     nodes.start_many(2)
     topic = f"{uid}/jobs"
@@ -65,7 +67,12 @@ def test_a_dead_nodes_persistent_shared_member_keeps_the_groups_messages(
         member.close()  # its node is gone (no reconnect to it)
     clear_dead_lease(redis_server, nodes.cluster, "node-2")
     time.sleep(SETTLE_S)
-    publisher = PahoClient(nodes.port(1), f"{uid}-pub")
+    survivor = 1
+    if case == "started":
+        survivor = 3
+        nodes.start(3)
+        nodes.wait_linked(2)
+    publisher = PahoClient(nodes.port(survivor), f"{uid}-pub")
     publisher.connect()
     try:
         reasons = [
@@ -76,7 +83,7 @@ def test_a_dead_nodes_persistent_shared_member_keeps_the_groups_messages(
     finally:
         publisher.disconnect()
     assert reasons == [0] * (2 * MESSAGES), f"acks {reasons} (0x10: routed nowhere, lost)"
-    again = PahoClient(nodes.port(1), client_id)
+    again = PahoClient(nodes.port(survivor), client_id)
     result = again.connect(clean_start=False, properties=EXPIRY, timeout=15)
     assert result.session_present
     try:
