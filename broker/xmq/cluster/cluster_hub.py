@@ -27,7 +27,7 @@ from xmq.cluster.link_tls import LinkTls, TlsLinkServer, log_refused
 from xmq.cluster.link_wait import LinkWait
 from xmq.cluster.orphan_appends import OrphanAppends
 from xmq.cluster.peer_link import PeerLink
-from xmq.cluster.route_table import AnnouncedRoutes, RouteTable
+from xmq.cluster.route_table import AnnouncedRoutes, RouteTable, shared_key
 from xmq.cluster.takeover import Takeovers, sub_flags
 from xmq.codec.reason_codes import ReasonCode
 from xmq.contract.message_record import encode_record
@@ -61,6 +61,9 @@ class ClusterHub:
         self._all_links: set[PeerLink] = set()
         self._filters: dict[str, int] = {}
         self._shares: dict[tuple[str, str], int] = {}
+        # nodes whose link set FEATURE_SHARED_DURABLE: told our persistent sessions' shared
+        # subscriptions (DSUB ``$share/<group>/<filter>``)
+        self._shared_durable: set[str] = set()
         self.takeovers = Takeovers(self)
         self.dialing: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -188,6 +191,10 @@ class ClusterHub:
         link.heartbeat = bool(bits & frames.FEATURE_HEARTBEAT)
         link.snapshot_end = bool(bits & frames.FEATURE_SNAPSHOT_END)
         link.retained_written = bool(bits & frames.FEATURE_RETAINED_WRITTEN)
+        if bits & frames.FEATURE_SHARED_DURABLE:
+            self._shared_durable.add(node)
+        else:
+            self._shared_durable.discard(node)
         existing = self.links.get(node)
         resumed = False
         if existing is not None and existing is not link:
@@ -234,11 +241,12 @@ class ClusterHub:
             link.send(frames.route(True, topic_filter))
         for group, topic_filter in self._shares:
             link.send(frames.share(True, group, topic_filter))
+        shared = link.peer_node in self._shared_durable
         for session in self.broker.sessions.values():
             if session.store is None:
                 continue
             for sub in session.subscriptions.values():
-                if sub.share_group is None:
+                if sub.share_group is None or shared:
                     link.send(self._dsub(True, session, sub))
 
     def link_lost(self, link: PeerLink) -> None:
@@ -318,6 +326,9 @@ class ClusterHub:
         if remote is not None and any(node != exclude for node in remote.members):
             self.forward_shared(group, topic_filter, message, hold)
             return
+        orphaned = self.table.shared_orphans.groups.get_group(group, topic_filter)
+        if orphaned is not None and self.orphans.to_shared_orphan(orphaned, message, hold):
+            return  # no live member: queued for a dead owner's persistent member
         broker.stats.messages_dropped += 1
 
     def close_links(self) -> None:
@@ -346,8 +357,10 @@ class ClusterHub:
         moved away from hands that one on (``OrphanAppends``)."""
         client_id = session.client_id
         since = self._announced_at.setdefault(client_id, self.forward_number)
+        group = sub.share_group
+        key = sub.topic_filter if group is None else shared_key(group, sub.topic_filter)
         return frames.durable_sub(
-            added, client_id, sub.topic_filter, sub.topic_filter, sub.qos, sub_flags(sub), since
+            added, client_id, key, sub.topic_filter, sub.qos, sub_flags(sub), since
         )
 
     def subscription_changed(self, session: Session, sub: Subscription, added: bool) -> None:
@@ -379,6 +392,14 @@ class ClusterHub:
             self._shares[key] = count
             if added and count == 1:
                 self._broadcast(frames.share(True, *key))
+        if session.store is not None:  # a persistent member: to the peers that read it
+            if added:
+                self.table.owned_live(session.client_id)
+            data = self._dsub(added, session, sub)
+            for node in self._shared_durable:
+                link = self.links.get(node)
+                if link is not None:
+                    link.send(data)
 
     def session_gone(self, session: Session, durable: bool) -> None:
         self._announced_at.pop(session.client_id, None)
@@ -451,10 +472,29 @@ class ClusterHub:
             self.forwarded += len(sent)
         if len(table.orphans):
             count += self.orphans.to_orphans(table.orphans, message, hold)
+        if len(table.shared_orphans):  # groups without a live member anywhere
+            count += self._to_shared_orphans(message, hold)
         if len(table.moved):  # not for a session a node it was sent to announced: it is there
             count += self.orphans.to_orphans(table.moved, message, hold, sent)
         if table.pending:  # sessions of live runs not linked yet: to them once linked
             count += self.orphans.to_unlinked(message, hold, sent)
+        return count
+
+    def _to_shared_orphans(self, message: Message, hold: DurableHold | None) -> int:
+        """``message`` for each matching group that has no member here nor on a linked
+        node, only persistent members whose owner is gone: appended to one of their queues
+        (a single node queues it for an offline persistent member: ``Broker._deliver_shared``).
+        Before, it was routed nowhere (0x10) and lost (issue 12)."""
+        count = 0
+        local = self.broker.shared
+        for group in self.table.shared_orphans.groups.match(message.topic):
+            name, topic_filter = group.group, group.topic_filter
+            if local.get_group(name, topic_filter) is not None or self.has_shared(
+                name, topic_filter
+            ):
+                continue
+            if self.orphans.to_shared_orphan(group, message, hold):
+                count += 1
         return count
 
     def retained_written(self, topic: str, forward_id: str, revision: int) -> None:

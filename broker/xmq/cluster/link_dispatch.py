@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Final
 from xmq.cluster import link_frames as frames
 from xmq.cluster.direct_hold import POLL_S
 from xmq.cluster.link_frames import BodyReader, Kind
-from xmq.cluster.route_table import DurableSub
+from xmq.cluster.route_table import DurableSub, group_of
 from xmq.codec.reason_codes import ReasonCode
 from xmq.codec.writer import encode_varint
 from xmq.contract.message_record import decode_fields
@@ -126,7 +126,8 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         # DSUB do not (it routed them with the session subscribed: ``to_orphans``).
         if added and announced is not None:
             announced.durable.add((client_id, key))
-        table.durable_sub(node, client_id, DurableSub(key, topic_filter, qos, flags, since), added)
+        durable = DurableSub(key, topic_filter, qos, flags, since, group_of(key))
+        table.durable_sub(node, client_id, durable, added)
     elif kind == Kind.SNAPSHOT_END:
         if announced is not None:
             link.announced = None

@@ -90,12 +90,19 @@ FEATURE_RETAINED_WRITTEN = 16
 """HELLO feature bit: this node sends RETAINED_WRITTEN for each retained change it forwarded,
 once Redis has answered its write, and reads those of its peers (used when both ends set it)."""
 
+FEATURE_SHARED_DURABLE = 32
+"""HELLO feature bit: this node reads DSUB frames for its peers' persistent sessions' shared
+subscriptions (key ``$share/<group>/<filter>``, filter the group's topic filter): the sender
+announces them to it (only: an older node would take one for a non-shared subscription).
+When the sender dies they are ``RouteTable.shared_orphans``."""
+
 FEATURES = (
     FEATURE_SHARED_COUNTED
     | FEATURE_RESUME
     | FEATURE_HEARTBEAT
     | FEATURE_SNAPSHOT_END
     | FEATURE_RETAINED_WRITTEN
+    | FEATURE_SHARED_DURABLE
 )
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from xmq.cluster.direct_hold import Direct
     from xmq.core.cluster_ports import DurableHold
     from xmq.core.message import Message
+    from xmq.routing.shared_tree import SharedGroup
 
 
 def _announced(
@@ -108,6 +109,39 @@ class OrphanAppends:
             self.appends += 1
             store.append_if_owner(client_id, orphan.owner, message, qos, retain, moved, hold)
         return count
+
+    def to_shared_orphan(
+        self, group: SharedGroup[str, OrphanSub], message: Message, hold: DurableHold | None
+    ) -> bool:
+        """Append ``message`` to the queue of one orphaned persistent member of ``group``
+        (the next in round-robin order, one that subscribed with QoS 1 or 2): the group has
+        no live member anywhere. False when there is none, or the message is QoS 0 (not kept
+        for an offline session). Its held ack waits for the append, as for ``to_orphans``; a
+        member Redis says another node owns by now gets it from that node (``owner_moved``).
+
+        A message with an inbound QoS 2 id is appended under that id: the member's
+        ``session:seen`` marker (not the group's ``shared:seen`` claim) keeps a copy routed
+        again to the same member out of its queue."""
+        store = self.hub.store
+        if store is None or message.qos == 0:
+            return False
+        tried: set[str] = set()
+        while (picked := group.pick_excluding(tried)) is not None:
+            client_id, orphan = picked
+            tried.add(client_id)
+            qos = min(orphan.qos, message.qos)  # (no No Local on a shared subscription)
+            if qos == 0:
+                continue
+
+            def moved(
+                node: str, epoch: int, cid: str = client_id, q: int = qos, o: Owner = orphan.owner
+            ) -> None:
+                self._answered(o, (cid, message, q, hold), node, epoch)
+
+            self.appends += 1
+            store.append_if_owner(client_id, orphan.owner, message, qos, False, moved, hold)
+            return True
+        return False
 
     def to_unlinked(self, message: Message, hold: DurableHold | None, sent: Collection[str]) -> int:
         """Send ``message`` to every session it matches of an owner run that was alive when

@@ -4,7 +4,8 @@ A node learns other nodes' persistent subscriptions over the links; a node that 
 an owner died (or the restarted owner itself, under its new epoch) reads them here instead:
 every session in a member's ``node:sessions`` set or in ``sessions:orphaned`` whose owner
 record names a run without a lease becomes an orphan of the route table, so messages
-published here for it are appended to its Redis queue until a node claims it.
+published here for it are appended to its Redis queue until a node claims it. Its shared
+subscriptions go to ``shared_orphans``: a group with no live member queues for it.
 """
 
 from __future__ import annotations
@@ -70,24 +71,27 @@ async def load_orphans(
         owner = SessionOwner.from_json(raw_owner)
         key = (owner.node_id, owner.epoch)
         target = table.orphans
+        shared = table.shared_orphans
         if epochs.get(owner.node_id) == owner.epoch:  # a lease: alive, or killed just now
             if any(sessions.get(client_id) for sessions in table.durable.values()):
                 continue  # a node linked meanwhile announced it: its routes take its messages
             if key not in pending:
                 pending[key] = PendingOrphans(addresses[owner.node_id])
             target = pending[key].index
+            shared = pending[key].shared
         subs = await client.hgetall(keys.session_subscriptions(client_id))
         for raw_sub in subs.values():
             try:
                 sub = decode_subscription(raw_sub)
             except (ValueError, KeyError):
                 continue
-            if sub.share_group is not None:
-                continue
             flags = (NO_LOCAL if sub.no_local else 0) | (
                 RETAIN_AS_PUBLISHED if sub.retain_as_published else 0
             )
             orphan = OrphanSub(key, sub.qos, flags)
-            target.add(client_id, sub.topic_filter, orphan)
+            if sub.share_group is not None:
+                shared.add(client_id, sub.share_group, sub.topic_filter, orphan)
+            else:
+                target.add(client_id, sub.topic_filter, orphan)
         loaded += 1
     return loaded

@@ -85,7 +85,7 @@ class PendingOwners:
         then up to ``RECHECK_BATCH`` sessions are re-checked in Redis when a round is due."""
         table = self.table
         for key, pending in list(table.pending.items()):
-            if not len(pending.index):
+            if not len(pending.index) and not len(pending.shared):
                 del table.pending[key]  # every session of it was announced or left
                 continue
             node, epoch = key

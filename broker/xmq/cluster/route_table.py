@@ -9,6 +9,11 @@
   node read them from Redis (at start, or rejoining) that no live node has announced since:
   messages for them go to that run (``OrphanAppends.to_unlinked``: after its link's HELLO,
   then DIRECT); they become orphans if it proves dead (``PendingOwners``).
+* ``shared_orphans``: ``(group, filter)`` -> the orphaned persistent sessions that are members
+  (announced with a ``$share/<group>/<filter>`` DSUB key by a peer with FEATURE_SHARED_DURABLE,
+  or read from Redis): a message for a group with no live member anywhere is appended to one
+  of them (``OrphanAppends.to_shared_orphan``), as a single node queues it for an offline
+  persistent member.
 * ``moved``: sessions this node handed over (kept a few seconds, same treatment as orphans, for
   messages still on their way here; not used for a message from or to a node that has
   announced the session in ``durable``: it delivers that message itself).
@@ -28,6 +33,20 @@ from xmq.routing.subscription_tree import SubscriptionTree
 
 NO_LOCAL = 1
 RETAIN_AS_PUBLISHED = 2
+SHARE_PREFIX = "$share/"
+
+
+def shared_key(group: str, topic_filter: str) -> str:
+    """The DSUB key of a persistent session's shared subscription (its MQTT filter)."""
+    return f"{SHARE_PREFIX}{group}/{topic_filter}"
+
+
+def group_of(key: str) -> str | None:
+    """The share group a DSUB key names (``None``: a non-shared subscription's key)."""
+    if not key.startswith(SHARE_PREFIX):
+        return None
+    end = key.find("/", len(SHARE_PREFIX))
+    return key[len(SHARE_PREFIX) : end] if end > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +60,8 @@ class DurableSub:
     since: int = -1
     """The announcing node's last forward-id number when it announced the session (-1: not
     said, an older node): its PUBLISH frames numbered higher were routed with it there."""
+    group: str | None = None
+    """The share group of a shared subscription (its key ``$share/<group>/<filter>``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +96,39 @@ class OrphanIndex:
         return len(self.by_client)
 
 
+class SharedOrphanIndex:
+    """(group, filter) -> orphaned persistent sessions that are members of that group."""
+
+    __slots__ = ("groups",)
+
+    def __init__(self) -> None:
+        self.groups: SharedSubscriptions[str, OrphanSub] = SharedSubscriptions()
+
+    def add(self, client_id: str, group: str, topic_filter: str, orphan: OrphanSub) -> None:
+        self.groups.add(group, topic_filter, client_id, orphan)
+
+    def drop(self, client_id: str) -> None:
+        for found in self.groups.groups_of(client_id):
+            self.groups.remove(found.group, found.topic_filter, client_id)
+
+    def adopt_into(self, other: SharedOrphanIndex) -> None:
+        for found in self.groups.groups():
+            for client_id, orphan in found.members.items():
+                other.add(client_id, found.group, found.topic_filter, orphan)
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+
 class PendingOrphans:
     """Sessions of an owner run that still had a lease when this node read them."""
 
-    __slots__ = ("address", "index")
+    __slots__ = ("address", "index", "shared")
 
     def __init__(self, address: str) -> None:
         self.address = address
         self.index = OrphanIndex()
+        self.shared = SharedOrphanIndex()  # their shared subscriptions
 
     def adopt_into(self, table: RouteTable) -> None:
         for client_id, filters in self.index.by_client.items():
@@ -90,6 +136,7 @@ class PendingOrphans:
                 orphan = self.index.tree.get(topic_filter, client_id)
                 if orphan is not None:
                     table.orphans.add(client_id, topic_filter, orphan)
+        self.shared.adopt_into(table.shared_orphans)
 
 
 @dataclass(slots=True)
@@ -110,6 +157,7 @@ class RouteTable:
         self.shares: SharedSubscriptions[str, bool] = SharedSubscriptions()
         self.durable: dict[str, dict[str, dict[str, DurableSub]]] = {}
         self.orphans = OrphanIndex()
+        self.shared_orphans = SharedOrphanIndex()
         self.moved = OrphanIndex()
         self.pending: dict[tuple[str, int], PendingOrphans] = {}
 
@@ -139,8 +187,10 @@ class RouteTable:
         """A live, linked node (or this one) has the session now: it is nobody's orphan, and
         no longer waits for the owner run it had when read from Redis."""
         self.orphans.drop(client_id)
+        self.shared_orphans.drop(client_id)
         for pending in self.pending.values():
             pending.index.drop(client_id)
+            pending.shared.drop(client_id)
 
     def durable_gone(self, node: str, epoch: int, client_id: str, orphan: bool) -> None:
         """A persistent session left ``node``: until a new owner announces it, it is an orphan.
@@ -152,7 +202,10 @@ class RouteTable:
             return
         for durable in subs.values():
             entry = OrphanSub((node, epoch), durable.qos, durable.flags)
-            self.orphans.add(client_id, durable.topic_filter, entry)
+            if durable.group is not None:
+                self.shared_orphans.add(client_id, durable.group, durable.topic_filter, entry)
+            else:
+                self.orphans.add(client_id, durable.topic_filter, entry)
 
     def forget_node(
         self, node: str, epoch: int, orphan: bool, here: Container[str] = ()
@@ -163,6 +216,8 @@ class RouteTable:
 
         Returns the entries orphaned now (for messages the node may not have recorded), those
         of sessions here included: what was sent to the node for them still has to reach them.
+        Shared subscriptions go to ``shared_orphans`` (not returned: a shared message the node
+        had not confirmed is dispatched to the group again, ``ClusterHub.settle_shared``).
         """
         fresh = OrphanIndex()
         for topic_filter in [f for f, key, _ in self.routes.items() if key == node]:
@@ -175,6 +230,12 @@ class RouteTable:
         for client_id, subs in sessions.items():
             for durable in subs.values():
                 entry = OrphanSub((node, epoch), durable.qos, durable.flags)
+                if durable.group is not None:
+                    if client_id not in here:
+                        self.shared_orphans.add(
+                            client_id, durable.group, durable.topic_filter, entry
+                        )
+                    continue
                 if client_id not in here:
                     self.orphans.add(client_id, durable.topic_filter, entry)
                 fresh.add(client_id, durable.topic_filter, entry)
