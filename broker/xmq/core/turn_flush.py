@@ -12,13 +12,14 @@ Within a client's read callback (``begin_read`` .. ``end_read``, the adapter's
 ``data_received``) a mark schedules nothing: at the end of the read, the clients it wrote to
 are written there and then (``ClientLink.flush_read``), a PUBLISH to its subscriber and the
 PUBACK to its publisher each in one ``write`` — no ``call_soon``, no callback of its own: that
-machinery cost ~3,800 instructions a point-to-point message, a sixth of the broker's work.
+machinery cost ~3,800 instructions a point-to-point message, a fifth of the broker's work.
 Writes still coalesce per loop turn where it matters: a client written at a read's end at the
 same loop time already (``loop.time()`` in whole milliseconds: libuv's clock) waits for the turn's
 scheduled flush with whatever else the turn writes to it; and once the turn's flush is
 scheduled (that leftover, a node link's frames), every later read of the turn leaves its output
-to it. A subscriber that many reads of one busy turn write to gets two writes that turn at
-most, not one per read.
+to it. A subscriber that many reads of one busy turn write to gets one write a millisecond at
+most at their ends, and the rest of the turn's output in one write at its end, not a write per
+read.
 
 A connection is marked once per flush (it keeps its own "has output" state); what a flush
 writes or causes on another connection in the same callback is written next turn (the lists

@@ -14,7 +14,8 @@ slice. Packets keep their order.
 Output is kept as a list of ``bytes`` per connection and written at the end of the read callback
 that made it, or once per loop turn for a connection written at the same loop time already
 (``FlushScheduler``, ``core.turn_flush``), so a burst of deliveries to one client costs one
-``write`` system call (two at most when several reads of one turn write to it). A flush's
+``write`` system call (when several reads of one turn write to it: one per millisecond at
+most at the reads' ends, then one for the rest at the turn's end). A flush's
 single packet (the common case: a PUBACK, one PUBLISH) is handed to the transport as the very
 ``bytes`` object the core made, several are joined once:
 uvloop's ``write`` takes ``bytes`` as they are, where a ``bytearray`` cost it a ``memoryview``

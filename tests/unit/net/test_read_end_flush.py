@@ -1,7 +1,7 @@
 """What a client's read writes is written at the end of that read (no ``call_soon``): the
 PUBLISH to the subscriber and the PUBACK to the publisher, a ``write`` each. A client written at
 the same loop time already waits for the turn's flush, which then takes every later read's
-output of the turn: writes still coalesce per loop turn (two writes a turn at most)."""
+output of the turn: writes still coalesce per loop turn."""
 
 from __future__ import annotations
 
