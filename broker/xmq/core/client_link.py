@@ -47,6 +47,14 @@ class ClientLink:
         """Write what this turn queued (``core.turn_flush``, once per loop turn)."""
         raise NotImplementedError
 
+    def flush_read(self, now: float) -> bool:
+        """Write what a read callback queued, at its end (``TurnFlush.end_read``), unless this
+        link was written at the same loop time ``now`` already: then False, and its output
+        waits for the turn's flush (coalesced with the rest of the turn's). This base writes
+        always; the adapter keeps the loop time of its last such write."""
+        self.flush()
+        return True
+
     def writable(self) -> bool:
         """False while the transport's buffer is over its high-water mark."""
         raise NotImplementedError

@@ -11,10 +11,13 @@ packet further on is answered when it is reached, after the packets before it). 
 whose own fan-out is routed over several turns (``core.fanout_slices``;
 ``ClientConnection.fanning_out``) holds the rest of the read the same way until its last
 slice. Packets keep their order.
-Output is kept as a list of ``bytes`` per connection and written once per loop tick for all
-connections that have output (``FlushScheduler``), so a burst of deliveries to one client costs
-one ``write`` system call. A turn's single packet (the common case: a PUBACK, one PUBLISH) is
-handed to the transport as the very ``bytes`` object the core made, several are joined once:
+Output is kept as a list of ``bytes`` per connection and written at the end of the read callback
+that made it, or once per loop turn for a connection written at the same loop time already
+(``FlushScheduler``, ``core.turn_flush``), so a burst of deliveries to one client costs one
+``write`` system call (when several reads of one turn write to it: one per millisecond at
+most at the reads' ends, then one for the rest at the turn's end). A flush's
+single packet (the common case: a PUBACK, one PUBLISH) is handed to the transport as the very
+``bytes`` object the core made, several are joined once:
 uvloop's ``write`` takes ``bytes`` as they are, where a ``bytearray`` cost it a ``memoryview``
 and a ``cast('b')`` call per write (~1,100 instructions), on top of a new ``bytearray`` per
 connection per turn.
@@ -88,6 +91,7 @@ class MqttClientProtocol(ClientLink):
         "_backlog_error",
         "_fence",
         "_fenced",
+        "_flushed_ms",
         "_held",
         "_linger",
         "_out",
@@ -125,6 +129,7 @@ class MqttClientProtocol(ClientLink):
         self._scheduler = scheduler
         self._out: list[bytes] = []  # what this turn wrote, flushed once (``FlushScheduler``)
         self._out_size = 0
+        self._flushed_ms = -1  # the loop time (ms) of its last write at a read's end (flush_read)
         self._closing = False
         self._linger: asyncio.TimerHandle | None = None
         self._paused_writing = False
@@ -197,29 +202,36 @@ class MqttClientProtocol(ClientLink):
         conn = self.conn
         conn.last_seen = now
         self._stats.bytes_received += len(data)
-        if conn.state == CONNECTED and not self.reader.pending and self._backlog is None:
-            first = data[0]
-            if first == 0x40:
-                acked = plain_puback_ids(data)  # the common read of a fan-out subscriber
-                if acked is not None:
-                    conn.on_pubacks(acked)
-                    return
-            elif first & 0xF0 == 0x30:
-                # one plain PUBLISH: the common read of a device
-                plain = plain_publish(data, conn.version, self.reader.max_packet_size)
-                if plain is not None:
-                    topic, qos, packet_id, payload, head, tail = plain
-                    wire = (head, tail)
-                    route_publish(conn, topic, qos, False, payload, None, packet_id, wire)
-                    if conn.fanning_out:
-                        self._defer([], None)
-                    return
-        if self._backlog is not None:  # a transport that ignored pause_reading
-            if self._backlog_error is None:
-                self.reader.feed(data, 0)  # kept undecoded, after the rest of the read
-            return
-        self._handle_slice(data)
-        self._check_pending()
+        # what this read writes is written at its end (core.turn_flush: no call_soon)
+        scheduler = self._scheduler
+        outer = scheduler.begin_read()
+        try:
+            if conn.state == CONNECTED and not self.reader.pending and self._backlog is None:
+                first = data[0]
+                if first == 0x40:
+                    acked = plain_puback_ids(data)  # the common read of a fan-out subscriber
+                    if acked is not None:
+                        conn.on_pubacks(acked)
+                        return
+                elif first & 0xF0 == 0x30:
+                    # one plain PUBLISH: the common read of a device
+                    plain = plain_publish(data, conn.version, self.reader.max_packet_size)
+                    if plain is not None:
+                        topic, qos, packet_id, payload, head, tail = plain
+                        wire = (head, tail)
+                        route_publish(conn, topic, qos, False, payload, None, packet_id, wire)
+                        if conn.fanning_out:
+                            self._defer([], None)
+                        return
+            if self._backlog is not None:  # a transport that ignored pause_reading
+                if self._backlog_error is None:
+                    self.reader.feed(data, 0)  # kept undecoded, after the rest of the read
+                return
+            self._handle_slice(data)
+            self._check_pending()
+        finally:
+            if outer:
+                scheduler.end_read(now)
 
     def _check_pending(self) -> None:
         """Before CONNACK only a small partial packet may wait (``accepts_pending``)."""
@@ -402,6 +414,16 @@ class MqttClientProtocol(ClientLink):
         packet = head + packet_id.to_bytes(2, "big") + tail if packet_id else head + tail
         out.append(packet)
         self._out_size += len(packet)
+
+    def flush_read(self, now: float) -> bool:
+        # in whole milliseconds: uvloop's clock is libuv's (milliseconds already), asyncio's
+        # is finer, and a write at each read of one busy turn would not coalesce at all there
+        millisecond = int(now * 1000.0 + 0.5)
+        if millisecond == self._flushed_ms:  # written in this millisecond: the turn's flush
+            return False
+        self._flushed_ms = millisecond
+        self.flush()
+        return True
 
     def writable(self) -> bool:
         return not self._paused_writing and self._out_size < self._write_limit
