@@ -51,12 +51,17 @@ def test_frame_bytes_are_unchanged(parts: tuple[bytes, ...]) -> None:
 
 
 def test_the_per_message_kind_constants_are_their_kinds() -> None:
-    assert (frames.PUBLISH, frames.PUBLISH_ACK) == (Kind.PUBLISH, Kind.PUBLISH_ACK)
+    assert (frames.PUBLISH, frames.PUBLISH_ACK, frames.PUBLISH_UNKEPT) == (
+        Kind.PUBLISH,
+        Kind.PUBLISH_ACK,
+        Kind.PUBLISH_UNKEPT,
+    )
 
 
 @given(st.binary(max_size=300), st.integers(0, 2**64 - 1))
 def test_publish_and_publish_ack_frames_are_the_generic_ones(record: bytes, count: int) -> None:
     assert frames.publish(record) == _reference_frame(Kind.PUBLISH, record)
+    assert frames.publish(record, False) == _reference_frame(Kind.PUBLISH_UNKEPT, record)
     assert frames.publish_ack(count) == _reference_frame(Kind.PUBLISH_ACK, count.to_bytes(8, "big"))
 
 
