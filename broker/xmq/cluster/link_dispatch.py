@@ -25,6 +25,7 @@ from xmq.cluster import link_frames as frames
 from xmq.cluster.direct_hold import POLL_S
 from xmq.cluster.link_frames import BodyReader, Kind
 from xmq.cluster.route_table import DurableSub
+from xmq.codec.byte_values import BYTE
 from xmq.codec.reason_codes import ReasonCode
 from xmq.codec.writer import encode_varint
 from xmq.contract.message_record import decode_fields
@@ -59,7 +60,7 @@ def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
             remaining = len(topic_field) + len(tail) + (2 if qos else 0)
             first = 0x30 | qos << 1
             if remaining < 0x80:
-                head = (first << 8 | remaining).to_bytes(2, "big") + topic_field
+                head = b"%b%b%b" % (BYTE[first], BYTE[remaining], topic_field)
             else:
                 head = bytes((first,)) + encode_varint(remaining) + topic_field
             wire = (head, tail)

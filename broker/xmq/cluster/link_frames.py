@@ -12,6 +12,8 @@ import enum
 import struct
 from typing import Final
 
+from xmq.codec.byte_values import BYTE
+
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -160,7 +162,11 @@ def durable_gone(client_id: str) -> bytes:
 
 def publish(record: bytes, kept: bool = True) -> bytes:
     """A PUBLISH frame; ``kept`` False: a PUBLISH_UNKEPT one (to a peer that reads them)."""
-    return _head(PUBLISH if kept else PUBLISH_UNKEPT, len(record)) + record
+    kind = PUBLISH if kept else PUBLISH_UNKEPT
+    size = len(record) + 1
+    if size < 256:  # (the common record: one allocation, no ``int.to_bytes``)
+        return b"\x00\x00\x00%b%b%b" % (BYTE[size], BYTE[kind], record)
+    return _head(kind, len(record)) + record
 
 
 def retained_written(topic: str, forward_id: str, revision: int) -> bytes:

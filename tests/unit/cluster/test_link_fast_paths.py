@@ -337,3 +337,10 @@ async def test_a_link_looks_its_loop_up_once_not_per_frame(monkeypatch: pytest.M
             await asyncio.sleep(0)
     assert _acks(link, transport) == [1, 2, 3, 4, 5]
     assert len(looked_up) <= 1
+
+
+@pytest.mark.parametrize("size", [0, 1, 253, 254, 255, 256, 70_000])
+def test_publish_frames_of_every_size_are_the_generic_ones(size: int) -> None:
+    record = b"r" * size
+    for kept, kind in ((True, Kind.PUBLISH), (False, Kind.PUBLISH_UNKEPT)):
+        assert frames.publish(record, kept) == _reference_frame(kind, record)
