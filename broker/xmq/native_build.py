@@ -85,6 +85,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.session_access",
     "xmq.core.client_link",
     "xmq.core.turn_flush",
+    "xmq.codec.byte_values",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

@@ -195,6 +195,7 @@ class ClusterHub:
             self._shared_durable.add(node)
         else:
             self._shared_durable.discard(node)
+        link.unkept_publish = bool(bits & frames.FEATURE_UNKEPT_PUBLISH)
         existing = self.links.get(node)
         resumed = False
         if existing is not None and existing is not link:
@@ -443,7 +444,7 @@ class ClusterHub:
         sent: set[str] = set()  # nodes the message went to
         if links:
             topic = message.topic
-            data = b""
+            record = b""
             durable_nodes = table.durable
             for node, _ in table.routes.match(topic):
                 if node in sent:
@@ -451,16 +452,20 @@ class ClusterHub:
                 link = links.get(node)
                 if link is None:
                     continue
-                if not data:
-                    data = frames.publish(self.encode(message, message.qos, message.retain))
-                link.send_publish(data, message, bool(durable_nodes.get(node)), hold)
+                if not record:
+                    record = self.encode(message, message.qos, message.retain)
+                keep = bool(durable_nodes.get(node))
+                data = frames.publish(record, link.wants_ack(keep))
+                link.send_publish(data, message, keep, hold)
                 sent.add(node)
             if message.retain and len(sent) < len(links):
-                if not data:
-                    data = frames.publish(self.encode(message, message.qos, message.retain))
+                if not record:
+                    record = self.encode(message, message.qos, message.retain)
                 for node, link in links.items():
                     if node not in sent:
-                        link.send_publish(data, message, False)
+                        link.send_publish(
+                            frames.publish(record, link.wants_ack(False)), message, False
+                        )
             count += len(sent)
             if table.shares:
                 shared = self.broker.shared

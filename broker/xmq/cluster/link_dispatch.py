@@ -3,7 +3,9 @@
 PUBLISH, DIRECT and SHARED frames are counted per link in arrival order; after the store has
 flushed every record they caused, one PUBLISH_ACK tells the sender how many of them are
 recorded here (a SHARED one: in its member's record, or handed to the member), so it can
-release its copies and its publishers' held acknowledgements.
+release its copies and its publishers' held acknowledgements. A PUBLISH_UNKEPT frame (a
+PUBLISH the sender did not keep: ``link_frames.FEATURE_UNKEPT_PUBLISH``) is counted the same
+way but owes no PUBLISH_ACK: the next one owed covers it.
 
 A PUBLISH frame matching more than ``fanout_slices.SLICE`` local sessions is routed a slice
 per loop turn like a client's (``core.fanout_slices``): it is counted as handled when it
@@ -23,6 +25,7 @@ from xmq.cluster import link_frames as frames
 from xmq.cluster.direct_hold import POLL_S
 from xmq.cluster.link_frames import BodyReader, Kind
 from xmq.cluster.route_table import DurableSub, group_of
+from xmq.codec.byte_values import BYTE
 from xmq.codec.reason_codes import ReasonCode
 from xmq.codec.writer import encode_varint
 from xmq.contract.message_record import decode_fields
@@ -57,7 +60,7 @@ def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
             remaining = len(topic_field) + len(tail) + (2 if qos else 0)
             first = 0x30 | qos << 1
             if remaining < 0x80:
-                head = (first << 8 | remaining).to_bytes(2, "big") + topic_field
+                head = b"%b%b%b" % (BYTE[first], BYTE[remaining], topic_field)
             else:
                 head = bytes((first,)) + encode_varint(remaining) + topic_field
             wire = (head, tail)
@@ -76,7 +79,7 @@ def decode_message(hub: ClusterHub, record_bytes: bytes) -> Decoded:
 def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> None:
     node = link.peer_node
     table = hub.table
-    if kind == frames.PUBLISH:
+    if kind == frames.PUBLISH or kind == frames.PUBLISH_UNKEPT:
         hub.received += 1
         message = decode_message(hub, body)[0]
         if message.retain and (on_retained := hub.on_retained) is not None:
@@ -88,9 +91,13 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
         context = DurableContext(None, forward_id) if forward_id else NO_DURABLE_CONTEXT
         routed = hub.broker.publish_from_peer(message, context)
         if isinstance(routed, int):
-            _count_in(hub, link)
-            if not _moved_away(hub, link, message, routed) and stats.quota_drops != quota_drops:
-                link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
+            if kind == frames.PUBLISH:
+                _count_in(hub, link)
+                if not _moved_away(hub, link, message, routed) and stats.quota_drops != quota_drops:
+                    link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
+            else:  # not kept by the sender: counted (RESUME, the next PUBLISH_ACK), no ack owed
+                link.published_in += 1
+                _moved_away(hub, link, message, routed)
         else:  # a large fan-out: confirmed after its last slice, the link's next frames behind
             link.fan_in(routed)
             routed.routed = partial(_fanned_out, hub, link, routed)

@@ -12,6 +12,8 @@ import enum
 import struct
 from typing import Final
 
+from xmq.codec.byte_values import BYTE
+
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -39,6 +41,7 @@ class Kind(enum.IntEnum):
     PING = 14  # empty: the sender is alive (FEATURE_HEARTBEAT, once a second)
     SNAPSHOT_END = 15  # empty: the sender's route snapshot is complete (FEATURE_SNAPSHOT_END)
     RETAINED_WRITTEN = 16  # topic, forward id, u64 revision (0: not stored): see retained_written
+    PUBLISH_UNKEPT = 17  # record: a PUBLISH the sender does not keep (FEATURE_UNKEPT_PUBLISH)
 
 
 # The per-message kinds as plain int constants (equal to their ``Kind``; a unit test holds
@@ -46,6 +49,7 @@ class Kind(enum.IntEnum):
 # ``Kind`` member through a generic rich comparison.
 PUBLISH: Final = 6
 PUBLISH_ACK: Final = 12
+PUBLISH_UNKEPT: Final = 17
 
 
 def _str(value: str) -> bytes:
@@ -90,7 +94,16 @@ FEATURE_RETAINED_WRITTEN = 16
 """HELLO feature bit: this node sends RETAINED_WRITTEN for each retained change it forwarded,
 once Redis has answered its write, and reads those of its peers (used when both ends set it)."""
 
-FEATURE_SHARED_DURABLE = 32
+FEATURE_UNKEPT_PUBLISH = 32
+"""HELLO feature bit: this node sends a PUBLISH frame it does not keep (the receiver has no
+persistent session the sender knows of, so no held ack waits for it and nothing is sent again)
+as PUBLISH_UNKEPT, and reads those of its peers (a node sends them only to a peer that set
+it: an older node reads no kind it does not know). The receiver
+handles and counts it as a PUBLISH (its number is in RESUME and in the next PUBLISH_ACK), but
+owes no PUBLISH_ACK for it: a stream of them crosses with no confirmation coming back. A kept
+frame (PUBLISH, DIRECT, SHARED) still asks for one, which confirms every frame before it."""
+
+FEATURE_SHARED_DURABLE = 64
 """HELLO feature bit: this node reads DSUB frames for its peers' persistent sessions' shared
 subscriptions (key ``$share/<group>/<filter>``, filter the group's topic filter): the sender
 announces them to it (only: an older node would take one for a non-shared subscription).
@@ -103,6 +116,7 @@ FEATURES = (
     | FEATURE_SNAPSHOT_END
     | FEATURE_RETAINED_WRITTEN
     | FEATURE_SHARED_DURABLE
+    | FEATURE_UNKEPT_PUBLISH
 )
 
 
@@ -153,8 +167,13 @@ def durable_gone(client_id: str) -> bytes:
     return frame(Kind.DGONE, _str(client_id))
 
 
-def publish(record: bytes) -> bytes:
-    return _head(PUBLISH, len(record)) + record
+def publish(record: bytes, kept: bool = True) -> bytes:
+    """A PUBLISH frame; ``kept`` False: a PUBLISH_UNKEPT one (to a peer that reads them)."""
+    kind = PUBLISH if kept else PUBLISH_UNKEPT
+    size = len(record) + 1
+    if size < 256:  # (the common record: one allocation, no ``int.to_bytes``)
+        return b"\x00\x00\x00%b%b%b" % (BYTE[size], BYTE[kind], record)
+    return _head(kind, len(record)) + record
 
 
 def retained_written(topic: str, forward_id: str, revision: int) -> bytes:

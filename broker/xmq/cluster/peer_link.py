@@ -115,6 +115,7 @@ class PeerLink(asyncio.Protocol):
         "snapshot_end",
         "transport",
         "unconfirmed",
+        "unkept_publish",
         "undelivered",
         "writing_paused",
     )
@@ -170,6 +171,9 @@ class PeerLink(asyncio.Protocol):
         self.heartbeat = False  # FEATURE_HEARTBEAT on both ends: PING each second
         self.snapshot_end = False  # FEATURE_SNAPSHOT_END on both ends: snapshots end with it
         self.retained_written = False  # FEATURE_RETAINED_WRITTEN on both ends
+        # FEATURE_UNKEPT_PUBLISH from the peer: PUBLISH frames not kept go as PUBLISH_UNKEPT
+        # (it owes no PUBLISH_ACK for them: ``wants_ack``)
+        self.unkept_publish = False
         # A resumed link: what the peer's snapshot names, until its SNAPSHOT_END
         self.announced: AnnouncedRoutes | None = None
         self.last_heard = 0.0
@@ -391,10 +395,18 @@ class PeerLink(asyncio.Protocol):
             if self._paused_publishers is not None and not self.writing_paused:
                 self.resume_writing()  # congested by ``send``, but it fitted under the mark
 
+    def wants_ack(self, keep: bool) -> bool:
+        """Whether a PUBLISH frame sent now (kept or not: ``keep``) asks the peer for a
+        PUBLISH_ACK: PUBLISH, else PUBLISH_UNKEPT (``link_frames.publish``). Every frame in
+        ``unconfirmed`` asks for one; a frame not kept, to a peer that reads PUBLISH_UNKEPT,
+        does not (nothing here waits for its confirmation)."""
+        return keep or self.resuming or not self.unkept_publish
+
     def send_publish(
         self, data: bytes, message: Message, keep: bool, hold: DurableHold | None = None
     ) -> None:
-        """Send a PUBLISH frame; ``keep`` it (and ``hold``) until the peer has recorded it."""
+        """Send a PUBLISH frame; ``keep`` it (and ``hold``) until the peer has recorded it.
+        ``data``: PUBLISH, or PUBLISH_UNKEPT when ``wants_ack(keep)`` says none is wanted."""
         if self._paused_publishers is not None:
             self._forwarding(message)
         self.published_out += 1

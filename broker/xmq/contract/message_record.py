@@ -26,11 +26,13 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from xmq.codec.byte_values import BYTE, u16
 from xmq.codec.errors import ProtocolError
 from xmq.codec.properties import Properties
 from xmq.codec.property_codec import decode_properties, encode_properties
 
 RECORD_FORMAT: Final = 1
+_FORMAT_BYTE: Final = bytes((RECORD_FORMAT,))
 _U32: Final = struct.Struct(">I")  # (subscription ids: rare; the hot fields are read and
 # written as typed ints, which the compiled build keeps native: a ``struct`` call returns
 # untyped objects, and every sum and comparison on them is then a generic one)
@@ -81,16 +83,17 @@ def encode_record(
     else:
         ids = b"\x00"
     props = encode_properties(properties, _PUBLISH) if properties is not None else b"\x00"
-    head = (RECORD_FORMAT << 24 | (flags & 0xFF) << 16 | (qos & 0xFF) << 8 | len(rid)).to_bytes(
-        4, "big"
-    )
-    # (a literal format: the compiled build joins the parts in one allocation)
-    return b"%b%b%b%b%b%b%b%b%b" % (
-        head,
+    # (a literal format: the compiled build joins the parts in one allocation; the one-byte
+    # fields and lengths come from tables, not ``int.to_bytes``: ``codec.byte_values``)
+    return b"%b%b%b%b%b%b%b%b%b%b%b%b" % (
+        _FORMAT_BYTE,
+        BYTE[flags & 0xFF],
+        BYTE[qos & 0xFF],
+        BYTE[len(rid)],
         rid,
-        len(org).to_bytes(2, "big"),
+        u16(len(org)),
         org,
-        len(top).to_bytes(2, "big"),
+        u16(len(top)),
         top,
         ids,
         props,

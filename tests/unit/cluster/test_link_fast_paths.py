@@ -51,12 +51,17 @@ def test_frame_bytes_are_unchanged(parts: tuple[bytes, ...]) -> None:
 
 
 def test_the_per_message_kind_constants_are_their_kinds() -> None:
-    assert (frames.PUBLISH, frames.PUBLISH_ACK) == (Kind.PUBLISH, Kind.PUBLISH_ACK)
+    assert (frames.PUBLISH, frames.PUBLISH_ACK, frames.PUBLISH_UNKEPT) == (
+        Kind.PUBLISH,
+        Kind.PUBLISH_ACK,
+        Kind.PUBLISH_UNKEPT,
+    )
 
 
 @given(st.binary(max_size=300), st.integers(0, 2**64 - 1))
 def test_publish_and_publish_ack_frames_are_the_generic_ones(record: bytes, count: int) -> None:
     assert frames.publish(record) == _reference_frame(Kind.PUBLISH, record)
+    assert frames.publish(record, False) == _reference_frame(Kind.PUBLISH_UNKEPT, record)
     assert frames.publish_ack(count) == _reference_frame(Kind.PUBLISH_ACK, count.to_bytes(8, "big"))
 
 
@@ -332,3 +337,10 @@ async def test_a_link_looks_its_loop_up_once_not_per_frame(monkeypatch: pytest.M
             await asyncio.sleep(0)
     assert _acks(link, transport) == [1, 2, 3, 4, 5]
     assert len(looked_up) <= 1
+
+
+@pytest.mark.parametrize("size", [0, 1, 253, 254, 255, 256, 70_000])
+def test_publish_frames_of_every_size_are_the_generic_ones(size: int) -> None:
+    record = b"r" * size
+    for kept, kind in ((True, Kind.PUBLISH), (False, Kind.PUBLISH_UNKEPT)):
+        assert frames.publish(record, kept) == _reference_frame(kind, record)

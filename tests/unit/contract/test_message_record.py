@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from xmq.codec.properties import Properties
 from xmq.contract.message_record import RecordError, decode_record, encode_record
@@ -42,3 +46,49 @@ def test_truncated_record_is_refused(cut: int) -> None:
 def test_unknown_format_is_refused() -> None:
     with pytest.raises(RecordError):
         decode_record(b"\x09\x00\x00\x00")
+
+
+def _reference_record(
+    record_id: str, topic: str, payload: bytes, qos: int, flags: int, origin: str
+) -> bytes:
+    """The layout of the module docstring, field by field with ``struct`` (no properties,
+    no subscription ids)."""
+    rid, org, top = record_id.encode(), origin.encode(), topic.encode()
+    return (
+        struct.pack(">BBBB", 1, flags, qos, len(rid))
+        + rid
+        + struct.pack(">H", len(org))
+        + org
+        + struct.pack(">H", len(top))
+        + top
+        + b"\x00\x00"
+        + payload
+    )
+
+
+@given(
+    st.text(max_size=80),
+    st.text(min_size=1, max_size=400),
+    st.binary(max_size=40),
+    st.integers(0, 2),
+    st.integers(0, 2),
+    st.booleans(),
+    st.booleans(),
+    st.text(max_size=400),
+)
+def test_record_bytes_are_the_documented_layout(
+    record_id: str,
+    topic: str,
+    payload: bytes,
+    qos: int,
+    delivery_qos: int,
+    retain: bool,
+    delivery_retain: bool,
+    origin: str,
+) -> None:
+    assume(len(record_id.encode()) <= 255)
+    flags = delivery_qos | (4 if delivery_retain else 0) | (8 if retain else 0)
+    record = encode_record(
+        record_id, topic, payload, qos, retain, None, origin, delivery_qos, delivery_retain
+    )
+    assert record == _reference_record(record_id, topic, payload, qos, flags, origin)
