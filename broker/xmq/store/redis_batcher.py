@@ -524,7 +524,13 @@ class RedisBatcher:
             loop = self._loop or asyncio.get_running_loop()
             self.stats.round_trip(loop.time() - entry.sent_at)
         self._inflight -= 1
-        if isinstance(value, Exception):
+        kind = type(value)  # (a list, an int or bytes is a reply: no isinstance look-up)
+        if (
+            kind is not list
+            and kind is not int
+            and kind is not bytes
+            and isinstance(value, Exception)
+        ):
             self._error_reply(entry, value)
         else:
             if self._backoff_s != BACKOFF_FIRST_S:
