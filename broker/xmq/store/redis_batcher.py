@@ -244,6 +244,11 @@ class RedisBatcher:
         ``payload``: the command already encoded (``encode_command(args)``), if it was."""
         self._add(_Entry(args, callback, retry, guard, None, None, payload))
 
+    def encoded(self, args: tuple[Any, ...], payload: bytes) -> None:
+        """Queue a command nobody waits for, already encoded (``payload`` is
+        ``encode_command(args)``): retried like ``command``, a direct call from compiled code."""
+        self._add(_Entry(args, None, True, None, None, None, payload))
+
     def script(
         self,
         text: str,
@@ -390,6 +395,19 @@ class RedisBatcher:
             self._reconnect()
             return
         batch, self._pending = self._pending, []
+        if len(batch) == 1 and not self.wait_replicas:
+            # one command alone (at low rates, an acknowledgement's LREM): its payload is the
+            # pipeline, the entry its only callback (no lists of parts, no join)
+            alone = batch[0]
+            if type(alone) is _Entry and alone.guard is None:
+                loop = self._loop or asyncio.get_running_loop()  # (set: _flush runs after _arm)
+                alone.batcher = self
+                alone.sent_at = loop.time()  # it ends its pipeline: the round trip
+                self._inflight += 1
+                self.pipelines += 1
+                self.commands += 1
+                conn.send_one(alone.payload, alone)
+                return
         parts: list[bytes] = []
         callbacks: list[Callback] = []
         # The coalesced items of the call being gathered, at the place of its first: they

@@ -165,6 +165,14 @@ class RespConnection(asyncio.Protocol):
         self._waiting.extend(callbacks)
         self.transport.write(payload)
 
+    def send_one(self, payload: bytes, callback: Callable[[Reply], None]) -> None:
+        """Write one encoded command; ``callback`` gets its reply (``send`` without a list)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            raise RedisConnectionLost("not connected")
+        self._waiting.append(callback)
+        transport.write(payload)
+
     async def call(self, *args: Any) -> Reply:
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
 
