@@ -39,7 +39,7 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from xmq.store.redis_endpoint import RedisEndpoint
 from xmq.store.redis_errors import (
@@ -61,8 +61,8 @@ Callback = Callable[[Any], None]
 Guard = Callable[[], bool]
 
 
-BACKOFF_FIRST_S = 0.02
-BACKOFF_MAX_S = 1.0
+BACKOFF_FIRST_S: Final = 0.02
+BACKOFF_MAX_S: Final = 1.0
 
 
 ScriptCall = tuple[str, tuple[Any, ...], bytes]
@@ -144,10 +144,10 @@ class _Entry:
         self.payload = encode_command(args)
 
 
-MAX_COALESCED = 512
+MAX_COALESCED: Final = 512
 """Items of one coalesced script call at most (bounds the time Redis spends in one script)."""
 
-MAX_PIPELINE_ITEMS = 4 * MAX_COALESCED
+MAX_PIPELINE_ITEMS: Final = 4 * MAX_COALESCED
 """Coalesced items (durable records) of one pipeline at most: the rest go in the next one. It
 bounds what a connect-path call sent next waits for in Redis (the batch in flight)."""
 

@@ -8,6 +8,7 @@ per durable message at low rates; interpreted, that call and its loop over the b
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from typing import Final
 
@@ -61,10 +62,6 @@ class RedisStats:
     def round_trip(self, seconds: float) -> None:
         self.rtt_count += 1
         self.rtt_total += seconds
-        index = 0
-        for bound in ROUND_TRIP_BOUNDS:
-            if seconds <= bound:
-                self.rtt_counts[index] += 1
-                return
-            index += 1
-        self.rtt_counts[index] += 1
+        # the first bucket whose bound is >= seconds (the last: above every bound); one C
+        # call, not a loop of boxed comparisons
+        self.rtt_counts[bisect_left(ROUND_TRIP_BOUNDS, seconds)] += 1
