@@ -8,7 +8,6 @@ per durable message at low rates; interpreted, that call and its loop over the b
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections import Counter
 from typing import Final
 
@@ -33,6 +32,7 @@ class RedisStats:
     """Counters of one node's Redis connection, read by ``/metrics``."""
 
     __slots__ = (
+        "_bounds",
         "errors",
         "given_up",
         "master_changes",
@@ -52,6 +52,7 @@ class RedisStats:
         self.rtt_counts: list[int] = [0] * (len(ROUND_TRIP_BOUNDS) + 1)
         self.rtt_count = 0
         self.rtt_total = 0.0
+        self._bounds: tuple[float, ...] = ROUND_TRIP_BOUNDS
 
     def error(self, kind: str) -> None:
         self.errors[kind] += 1
@@ -62,6 +63,9 @@ class RedisStats:
     def round_trip(self, seconds: float) -> None:
         self.rtt_count += 1
         self.rtt_total += seconds
-        # the first bucket whose bound is >= seconds (the last: above every bound); one C
-        # call, not a loop of boxed comparisons
-        self.rtt_counts[bisect_left(ROUND_TRIP_BOUNDS, seconds)] += 1
+        index = 0  # the first bucket whose bound is >= seconds (the last: above every bound)
+        for bound in self._bounds:  # (an attribute: a ``Final`` tuple is built per use)
+            if seconds <= bound:
+                break
+            index += 1
+        self.rtt_counts[index] += 1
