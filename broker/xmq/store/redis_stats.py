@@ -9,9 +9,8 @@ per durable message at low rates; interpreted, that call and its loop over the b
 from __future__ import annotations
 
 from collections import Counter
-from typing import Final
 
-ROUND_TRIP_BOUNDS: Final = (
+ROUND_TRIP_BOUNDS: tuple[float, ...] = (
     0.0005,
     0.001,
     0.002,
@@ -64,7 +63,7 @@ class RedisStats:
         self.rtt_count += 1
         self.rtt_total += seconds
         index = 0  # the first bucket whose bound is >= seconds (the last: above every bound)
-        for bound in self._bounds:  # (an attribute: a ``Final`` tuple is built per use)
+        for bound in self._bounds:  # (an attribute: a module tuple is a dict look-up per use)
             if seconds <= bound:
                 break
             index += 1
