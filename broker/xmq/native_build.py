@@ -78,6 +78,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.session_client",
     "xmq.cluster.cluster_hub",
     "xmq.core.durable_context",
+    "xmq.store.redis_stats",
     "xmq.cluster.route_table",
     "xmq.codec.connect_packet",
     "xmq.core.auth_records",

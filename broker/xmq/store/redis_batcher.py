@@ -39,7 +39,7 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from xmq.store.redis_endpoint import RedisEndpoint
 from xmq.store.redis_errors import (
@@ -61,8 +61,8 @@ Callback = Callable[[Any], None]
 Guard = Callable[[], bool]
 
 
-BACKOFF_FIRST_S = 0.02
-BACKOFF_MAX_S = 1.0
+BACKOFF_FIRST_S: Final = 0.02
+BACKOFF_MAX_S: Final = 1.0
 
 
 ScriptCall = tuple[str, tuple[Any, ...], bytes]
@@ -144,10 +144,10 @@ class _Entry:
         self.payload = encode_command(args)
 
 
-MAX_COALESCED = 512
+MAX_COALESCED: Final = 512
 """Items of one coalesced script call at most (bounds the time Redis spends in one script)."""
 
-MAX_PIPELINE_ITEMS = 4 * MAX_COALESCED
+MAX_PIPELINE_ITEMS: Final = 4 * MAX_COALESCED
 """Coalesced items (durable records) of one pipeline at most: the rest go in the next one. It
 bounds what a connect-path call sent next waits for in Redis (the batch in flight)."""
 
@@ -243,6 +243,11 @@ class RedisBatcher:
         """Queue one command; ``callback`` gets its reply (or the exception when not retried).
         ``payload``: the command already encoded (``encode_command(args)``), if it was."""
         self._add(_Entry(args, callback, retry, guard, None, None, payload))
+
+    def encoded(self, args: tuple[Any, ...], payload: bytes) -> None:
+        """Queue a command nobody waits for, already encoded (``payload`` is
+        ``encode_command(args)``): retried like ``command``, a direct call from compiled code."""
+        self._add(_Entry(args, None, True, None, None, None, payload))
 
     def script(
         self,
@@ -390,6 +395,19 @@ class RedisBatcher:
             self._reconnect()
             return
         batch, self._pending = self._pending, []
+        if len(batch) == 1 and not self.wait_replicas:
+            # one command alone (at low rates, an acknowledgement's LREM): its payload is the
+            # pipeline, the entry its only callback (no lists of parts, no join)
+            alone = batch[0]
+            if type(alone) is _Entry and alone.guard is None:
+                loop = self._loop or asyncio.get_running_loop()  # (set: _flush runs after _arm)
+                alone.batcher = self
+                alone.sent_at = loop.time()  # it ends its pipeline: the round trip
+                self._inflight += 1
+                self.pipelines += 1
+                self.commands += 1
+                conn.send_one(alone.payload, alone)
+                return
         parts: list[bytes] = []
         callbacks: list[Callback] = []
         # The coalesced items of the call being gathered, at the place of its first: they
@@ -524,7 +542,13 @@ class RedisBatcher:
             loop = self._loop or asyncio.get_running_loop()
             self.stats.round_trip(loop.time() - entry.sent_at)
         self._inflight -= 1
-        if isinstance(value, Exception):
+        kind = type(value)  # (a list, an int or bytes is a reply: no isinstance look-up)
+        if (
+            kind is not list
+            and kind is not int
+            and kind is not bytes
+            and isinstance(value, Exception)
+        ):
             self._error_reply(entry, value)
         else:
             if self._backoff_s != BACKOFF_FIRST_S:

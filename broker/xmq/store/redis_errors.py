@@ -1,4 +1,5 @@
-"""Which Redis failures pass by themselves, and the counters of failures and retries.
+"""Which Redis failures pass by themselves (the counters of failures and retries:
+:mod:`xmq.store.redis_stats`, re-exported here).
 
 Transient (a write is sent again after a backoff): a lost connection (reset, refused, a connect
 that timed out) and the error replies of a Redis that cannot take the command *now*:
@@ -15,14 +16,21 @@ is final.
 
 from __future__ import annotations
 
-from collections import Counter
-
+from xmq.store.redis_stats import ROUND_TRIP_BOUNDS, RedisStats
 from xmq.store.resp_connection import RedisConnectionLost, RedisReplyError
+
+__all__ = [
+    "NOSCRIPT",
+    "ROUND_TRIP_BOUNDS",
+    "TRANSIENT_REPLIES",
+    "RedisStats",
+    "RedisWriteFailed",
+    "error_kind",
+    "is_transient",
+]
 
 TRANSIENT_REPLIES = ("LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "READONLY")
 NOSCRIPT = "NOSCRIPT"
-
-ROUND_TRIP_BOUNDS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 
 
 class RedisWriteFailed(Exception):  # noqa: N818 - the outcome of a write, named as such
@@ -54,43 +62,3 @@ def is_transient(error: BaseException) -> bool:
         text = str(error)
         return text.startswith(TRANSIENT_REPLIES) or text.startswith(NOSCRIPT)
     return False
-
-
-class RedisStats:
-    """Counters of one node's Redis connection, read by ``/metrics``."""
-
-    __slots__ = (
-        "errors",
-        "given_up",
-        "master_changes",
-        "recovered",
-        "retries",
-        "rtt_count",
-        "rtt_counts",
-        "rtt_total",
-    )
-
-    def __init__(self) -> None:
-        self.errors: Counter[str] = Counter()  # by kind
-        self.retries: Counter[str] = Counter()  # commands sent again, by the kind of failure
-        self.given_up = 0  # writes that finally failed
-        self.recovered = 0  # commands answered after failing at least once
-        self.master_changes = 0  # a new master address (Sentinel failover)
-        self.rtt_counts = [0] * (len(ROUND_TRIP_BOUNDS) + 1)
-        self.rtt_count = 0
-        self.rtt_total = 0.0
-
-    def error(self, kind: str) -> None:
-        self.errors[kind] += 1
-
-    def retried(self, kind: str) -> None:
-        self.retries[kind] += 1
-
-    def round_trip(self, seconds: float) -> None:
-        self.rtt_count += 1
-        self.rtt_total += seconds
-        for index, bound in enumerate(ROUND_TRIP_BOUNDS):
-            if seconds <= bound:
-                self.rtt_counts[index] += 1
-                return
-        self.rtt_counts[-1] += 1

@@ -401,7 +401,7 @@ class RedisSessionStore:
             return
         client_id = session.client_id
         queue = self._queue_prefix + client_id
-        self.batcher.command("LREM", queue, 1, raw, payload=encode_lrem_one(queue, raw))
+        self.batcher.encoded(("LREM", queue, 1, raw), encode_lrem_one(queue, raw))
         if delivery.qos == 2:
             self.batcher.command("HDEL", self._inflight_prefix + client_id, record_id_of(raw))
 

@@ -86,6 +86,9 @@ class RespConnection(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self._reader = reply_reader()
+        # the reader's methods bound once: called per reply (a method look-up each, else)
+        self._feed: Callable[[bytes], None] = self._reader.feed
+        self._gets: Callable[[], Reply] = self._reader.gets
         self._waiting: deque[Callable[[Reply], None]] = deque()
         self.closed = asyncio.get_running_loop().create_future()
         self.address = ""
@@ -165,6 +168,14 @@ class RespConnection(asyncio.Protocol):
         self._waiting.extend(callbacks)
         self.transport.write(payload)
 
+    def send_one(self, payload: bytes, callback: Callable[[Reply], None]) -> None:
+        """Write one encoded command; ``callback`` gets its reply (``send`` without a list)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            raise RedisConnectionLost("not connected")
+        self._waiting.append(callback)
+        transport.write(payload)
+
     async def call(self, *args: Any) -> Reply:
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
 
@@ -180,15 +191,15 @@ class RespConnection(asyncio.Protocol):
         return len(self._waiting)
 
     def data_received(self, data: bytes) -> None:
-        reader = self._reader
+        gets = self._gets
         waiting = self._waiting
         try:
-            reader.feed(data)
-            reply = reader.gets()
+            self._feed(data)
+            reply = gets()
             while reply is not False:
                 if waiting:
                     waiting.popleft()(reply)
-                reply = reader.gets()
+                reply = gets()
         except ProtocolError:
             self.close()  # not RESP: nothing after this can be matched to its command
 

@@ -99,6 +99,39 @@ async def test_each_pipeline_s_round_trip_is_measured_once(server: RedisServer) 
 
 
 @pytest.mark.integration
+async def test_a_command_alone_is_its_own_pipeline_timed_and_answered(server: RedisServer) -> None:
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    sync = server.client()
+    try:
+        answered = asyncio.Event()
+        replies: list[Any] = []
+
+        def done(reply: Any) -> None:
+            replies.append(reply)
+            answered.set()
+
+        batcher.command("RPUSH", "alone", b"a", b"b", callback=done)
+        async with asyncio.timeout(5):
+            await answered.wait()
+        assert replies == [2]
+        assert (batcher.pipelines, batcher.commands, batcher.stats.rtt_count) == (1, 1, 1)
+        # an acknowledgement's removal: queued already encoded, nobody waits for it
+        args = ("LREM", "alone", 1, b"a")
+        batcher.encoded(args, encode_command(args))
+        assert not batcher.idle
+        await asyncio.sleep(0)  # the tick's flush: the LREM goes alone
+        assert (batcher.pipelines, batcher.commands, batcher.inflight) == (2, 2, 1)
+        async with asyncio.timeout(5):
+            await batcher.flush()  # a PING behind it, in the next pipeline
+        assert sync.lrange("alone", 0, -1) == [b"b"]
+        assert (batcher.pipelines, batcher.commands, batcher.stats.rtt_count) == (3, 3, 3)
+    finally:
+        sync.close()
+        await batcher.close()
+
+
+@pytest.mark.integration
 async def test_commands_queued_while_a_batch_is_out_share_the_next_write(
     server: RedisServer,
 ) -> None:
