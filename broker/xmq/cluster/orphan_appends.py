@@ -100,14 +100,7 @@ class OrphanAppends:
             if qos == 0:
                 continue  # QoS 0 is not kept for an offline session
             count += 1
-
-            def moved(
-                node: str, epoch: int, cid: str = client_id, q: int = qos, o: Owner = orphan.owner
-            ) -> None:
-                self._answered(o, (cid, message, q, hold), node, epoch)
-
-            self.appends += 1
-            store.append_if_owner(client_id, orphan.owner, message, qos, retain, moved, hold)
+            self._append(client_id, orphan.owner, message, qos, retain, hold)
         return count
 
     def to_shared_orphan(
@@ -132,16 +125,29 @@ class OrphanAppends:
             qos = min(orphan.qos, message.qos)  # (no No Local on a shared subscription)
             if qos == 0:
                 continue
-
-            def moved(
-                node: str, epoch: int, cid: str = client_id, q: int = qos, o: Owner = orphan.owner
-            ) -> None:
-                self._answered(o, (cid, message, q, hold), node, epoch)
-
-            self.appends += 1
-            store.append_if_owner(client_id, orphan.owner, message, qos, False, moved, hold)
+            self._append(client_id, orphan.owner, message, qos, False, hold)
             return True
         return False
+
+    def _append(
+        self,
+        client_id: str,
+        owner: Owner,
+        message: Message,
+        qos: int,
+        retain: bool,
+        hold: DurableHold | None,
+    ) -> None:
+        """``APPEND_IF_OWNER`` expecting ``owner``; a newer owner Redis names gets it
+        (``_answered``)."""
+        store = self.hub.store
+        assert store is not None
+
+        def moved(node: str, epoch: int) -> None:
+            self._answered(owner, (client_id, message, qos, hold), node, epoch)
+
+        self.appends += 1
+        store.append_if_owner(client_id, owner, message, qos, retain, moved, hold)
 
     def to_unlinked(self, message: Message, hold: DurableHold | None, sent: Collection[str]) -> int:
         """Send ``message`` to every session it matches of an owner run that was alive when
