@@ -50,11 +50,11 @@ from typing import TYPE_CHECKING, Any
 
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import encode_record
+from xmq.contract.session_replies import AppendOutcome
 from xmq.contract.session_scripts import (
     FORWARDED_SEEN_TTL_MS,
     INBOUND_MARK_TTL_MS,
     INBOUND_RELEASE_GRACE_MS,
-    AppendOutcome,
     append_if_owner,
     is_inbound_id,
     release_inbound_id,

@@ -14,16 +14,12 @@ from collections.abc import Callable
 
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import RecordError, decode_record
+from xmq.contract.session_replies import ClaimOutcome as ScriptOutcome
+from xmq.contract.session_replies import ClaimReply, ReleaseOutcome, StoredSession
 from xmq.contract.session_scripts import (
     INBOUND_RELEASE_GRACE_MS,
-    ClaimReply,
-    ReleaseOutcome,
-    StoredSession,
     claim_session,
     release_session,
-)
-from xmq.contract.session_scripts import (
-    ClaimOutcome as ScriptOutcome,
 )
 from xmq.contract.subscription_record import (
     StoredSubscription,

@@ -11,9 +11,9 @@ import redis
 from tests.support.node_leases import write_lease
 from tests.support.redis_server import running_redis
 from xmq.contract import ClusterKeys
+from xmq.contract.session_replies import AppendOutcome
 from xmq.contract.session_scripts import (
     FORWARDED_SEEN_TTL_MS,
-    AppendOutcome,
     append_if_owner,
 )
 

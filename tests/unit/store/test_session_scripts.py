@@ -12,10 +12,8 @@ from tests.support.redis_server import running_redis
 from xmq.contract import ClusterKeys
 from xmq.contract.records import SessionOwner
 from xmq.contract.scripts import ScriptCall
+from xmq.contract.session_replies import ClaimOutcome, ClaimReply, ReleaseOutcome
 from xmq.contract.session_scripts import (
-    ClaimOutcome,
-    ClaimReply,
-    ReleaseOutcome,
     append_if_owner,
     claim_session,
     release_session,
