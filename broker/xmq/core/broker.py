@@ -42,7 +42,7 @@ from xmq.core.session import Delivery, Session, Subscription, deliver_planned
 from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
 from xmq.core.turn_flush import TurnFlush
-from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES, ConnectTerms
+from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES, ConnectTerms, ServerLimits
 from xmq.routing.filter_trie import MatchCache
 from xmq.routing.retained import RetainedStore
 from xmq.routing.shared_tree import SharedGroup, SharedSubscriptions
@@ -61,6 +61,9 @@ class Broker(AuthEvents):
 
     def __init__(self, settings: CoreSettings) -> None:
         self.settings = settings
+        # its limits (``settings`` is frozen): a native read on the publish path, where
+        # ``settings.limits`` was a generic lookup in an interpreted dataclass
+        self.limits: ServerLimits = settings.limits
         self.stats = BrokerStats()
         self.sessions: dict[str, Session] = {}
         # Delivery plans are cached per topic here, so the tree itself needs no cache.
@@ -70,6 +73,9 @@ class Broker(AuthEvents):
         self.connections: set[ClientConnection] = set()
         self.plans: MatchCache[Plan] = MatchCache()
         self.fanouts = FanoutSlices(self)  # large fan-outs, a slice per loop turn
+        # the publishers with a fan-out in progress: the fan-outs' own dict (read here only;
+        # ``FanoutSlices`` is interpreted: ``fanouts.waiting`` was a generic lookup a message)
+        self.fanout_origins: dict[str | None, int] = self.fanouts.waiting
         # every client's and node link's output written once per loop turn, one callback
         self.turn_flush = TurnFlush()
         self.subscription_generation = 0  # bumped by every non-shared subscription change
@@ -454,7 +460,7 @@ class Broker(AuthEvents):
                 return self.fanouts.add(message, [], now, context, matches, again)
             plan = self._plan(topic, matches)
         origin = message.origin
-        waiting = self.fanouts.waiting
+        waiting = self.fanout_origins
         if again or len(plan) > FANOUT_SLICE or (waiting and origin in waiting):
             return self.fanouts.add(message, plan, now, context, recorded_only=again)
         self.stats.deliveries_routed += len(plan)

@@ -87,7 +87,7 @@ def route_publish(
     received = stats.messages_received + 1
     stats.messages_received = received
     stats.count_received(qos, len(payload))
-    limits = broker.settings.limits
+    limits = broker.limits
     if qos > limits.maximum_qos:
         conn.close_with(ReasonCode.QOS_NOT_SUPPORTED, "QoS not supported")
         return

@@ -30,6 +30,7 @@ import logging
 from collections.abc import Callable
 from typing import cast
 
+from xmq.codec.byte_values import packet_id_bytes
 from xmq.codec.errors import ProtocolError
 from xmq.codec.packets import Packet
 from xmq.codec.plain_publish import plain_publish
@@ -411,7 +412,7 @@ class MqttClientProtocol(ClientLink):
         if not out:
             self._scheduler.mark(self)
         # the packet made by two concatenations of bytes (compiled, a C copy each), one item
-        packet = head + packet_id.to_bytes(2, "big") + tail if packet_id else head + tail
+        packet = head + packet_id_bytes(packet_id) + tail if packet_id else head + tail
         out.append(packet)
         self._out_size += len(packet)
 

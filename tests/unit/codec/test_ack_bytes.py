@@ -52,8 +52,23 @@ def test_ack_bytes(
 
 
 @pytest.mark.parametrize(("encoder", "record", "first"), KINDS)
+@pytest.mark.parametrize("packet_id", [0x10000, -1])
 def test_ack_bytes_refuse_an_id_beyond_two_bytes(
-    encoder: Callable[[int, int, int], bytes], record: Callable[[int, int], Ack], first: int
+    encoder: Callable[[int, int, int], bytes],
+    record: Callable[[int, int], Ack],
+    first: int,
+    packet_id: int,
 ) -> None:
     with pytest.raises(ValueError):
-        encoder(0x10000, 0, 5)
+        encoder(packet_id, 0, 5)
+
+
+def test_a_success_puback_is_made_once_per_packet_id() -> None:
+    """Every success PUBACK of one packet id is one object (its table), for every version,
+    and a failure reason (MQTT 5) is not taken from it."""
+    for packet_id in (0, 1, 0x1234, 0xFFFF):
+        packet = puback_bytes(packet_id, 0, 5)
+        assert packet == b"\x40\x02" + packet_id.to_bytes(2, "big")
+        assert puback_bytes(packet_id, 0, 4) is packet
+        assert puback_bytes(packet_id, 0x10, 3) is packet  # 3.1.x: no reason codes
+        assert puback_bytes(packet_id, 0x10, 5) == packet[:1] + b"\x03" + packet[2:] + b"\x10"
