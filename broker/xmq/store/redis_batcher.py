@@ -6,7 +6,9 @@ trip, no timer. While a batch is out, commands queue up, and the batch's last re
 the next flush (Nagle's rule, for pipelines): at most one batch in flight, so the batch size
 follows the load by itself — many connections' records share each round trip and each
 ``write``/reply event while each caller still waits for its own reply. Replies call back in
-order on the node's :class:`RespConnection`.
+order on the node's :class:`RespConnection`. A *deferred* command (an acknowledged record's
+removal) starts no flush of its own: it rides with the next command's, or goes alone
+``LAZY_FLUSH_S`` later — at low rates one round trip per message instead of two.
 
 Durable writes (``retry=True``) survive transient failures: a lost connection (reset, refused,
 a failed connect) and the error replies Redis gives while it cannot take a write now
@@ -63,6 +65,9 @@ Guard = Callable[[], bool]
 
 BACKOFF_FIRST_S: Final = 0.02
 BACKOFF_MAX_S: Final = 1.0
+
+LAZY_FLUSH_S: Final = 0.1
+"""A ``deferred`` command waits at most this long for another command's flush to carry it."""
 
 
 ScriptCall = tuple[str, tuple[Any, ...], bytes]
@@ -206,6 +211,7 @@ class RedisBatcher:
         self._backoff_s = BACKOFF_FIRST_S
         self._inflight = 0
         self._armed = False
+        self._lazy_timer: asyncio.TimerHandle | None = None  # the bound of deferred commands
         self._closed = False
         self._idle = True  # nothing queued or waiting for a reply (a flag: nobody awaits it)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it flushes in
@@ -227,6 +233,8 @@ class RedisBatcher:
             self._connecting.cancel()
         if self._retry_timer is not None:
             self._retry_timer.cancel()
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
         if self._conn is not None:
             self._conn.close()
 
@@ -248,6 +256,30 @@ class RedisBatcher:
         """Queue a command nobody waits for, already encoded (``payload`` is
         ``encode_command(args)``): retried like ``command``, a direct call from compiled code."""
         self._add(_Entry(args, None, True, None, None, None, payload))
+
+    def deferred(self, args: tuple[Any, ...], payload: bytes = b"") -> None:
+        """Queue a command nobody waits for that need not go now: it rides with the next
+        flush that another command causes, or goes alone ``LAZY_FLUSH_S`` later (retried like
+        ``command``). It keeps its place: every command queued after it goes in the same
+        pipeline or a later one, never before it. For removals whose loss is harmless (an
+        acknowledged record's ``LREM``: a node killed before it re-sends the message)."""
+        self._pending.append(_Entry(args, None, True, None, None, None, payload))
+        self._idle = False
+        if (
+            self._lazy_timer is None
+            and not self._armed
+            and not self._inflight
+            and self._retry_timer is None
+        ):
+            loop = self._loop
+            if loop is None:
+                loop = self._loop = asyncio.get_running_loop()
+            self._lazy_timer = loop.call_later(LAZY_FLUSH_S, self._lazy_flush)
+
+    def _lazy_flush(self) -> None:
+        self._lazy_timer = None
+        if self._pending and not self._armed and not self._inflight:
+            self._flush()  # (waits for the backoff's end itself)
 
     def script(
         self,
@@ -395,6 +427,10 @@ class RedisBatcher:
             self._reconnect()
             return
         batch, self._pending = self._pending, []
+        lazy = self._lazy_timer
+        if lazy is not None:  # the deferred commands go in this pipeline
+            self._lazy_timer = None
+            lazy.cancel()
         if len(batch) == 1 and not self.wait_replicas:
             # one command alone (at low rates, an acknowledgement's LREM): its payload is the
             # pipeline, the entry its only callback (no lists of parts, no join)

@@ -1,7 +1,8 @@
 """Durable persistent sessions in Redis (implements ``core.cluster_ports.DurableStore``).
 
 Each QoS 1/2 message owed to a persistent session is one record in
-``session:queue:<client id>`` until the client acknowledges it (``LREM``). A QoS 2 record that
+``session:queue:<client id>`` until the client acknowledges it (``LREM``, deferred to the next
+flush: ``RedisBatcher.deferred``). A QoS 2 record that
 went out also has its packet id in ``session:inflight:<client id>`` (``<id>`` or ``<id>:r``
 once PUBREC came), so a resuming node re-sends PUBLISH or PUBREL with the same packet id.
 
@@ -401,9 +402,15 @@ class RedisSessionStore:
             return
         client_id = session.client_id
         queue = self._queue_prefix + client_id
-        self.batcher.encoded(("LREM", queue, 1, raw), encode_lrem_one(queue, raw))
+        # deferred: they ride with the next flush (bounded by LAZY_FLUSH_S). A node killed
+        # before they are written re-sends a QoS 1 message (allowed), and a QoS 2 message's
+        # PUBREL only (its ``:r`` state went to Redis ahead of them — with max_queued_writes 0
+        # before that PUBREL went out; the client answers PUBCOMP, nothing delivered twice).
+        # Later commands (the state of a packet id used again) never pass them.
+        batcher = self.batcher
+        batcher.deferred(("LREM", queue, 1, raw), encode_lrem_one(queue, raw))
         if delivery.qos == 2:
-            self.batcher.command("HDEL", self._inflight_prefix + client_id, record_id_of(raw))
+            batcher.deferred(("HDEL", self._inflight_prefix + client_id, record_id_of(raw)))
 
     def restored(self, session: Session, deliveries: Iterable[Delivery]) -> None:
         client_id = session.client_id

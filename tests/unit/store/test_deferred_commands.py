@@ -1,0 +1,99 @@
+"""Deferred commands (an acknowledged record's removal): they wait for another command's flush
+and keep their place; alone they go ``LAZY_FLUSH_S`` later."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.support.redis_server import RedisServer, running_redis
+from xmq.store.redis_batcher import LAZY_FLUSH_S, RedisBatcher
+from xmq.store.resp_connection import encode_command
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[RedisServer]:
+    with running_redis() as running:
+        yield running
+
+
+def _idle(batcher: RedisBatcher) -> bool:
+    return batcher.idle
+
+
+async def _answered(batcher: RedisBatcher, *args: Any) -> Any:
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    batcher.command(*args, callback=future.set_result)
+    async with asyncio.timeout(5):
+        return await future
+
+
+async def test_a_deferred_command_alone_goes_after_the_bound(server: RedisServer) -> None:
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    sync = server.client()
+    try:
+        sync.rpush("d1", b"a", b"b")
+        args = ("LREM", "d1", 1, b"a")
+        batcher.deferred(args, encode_command(args))
+        assert not batcher.idle
+        await asyncio.sleep(LAZY_FLUSH_S / 4)
+        assert batcher.pipelines == 0  # not on its own tick
+        assert sync.lrange("d1", 0, -1) == [b"a", b"b"]
+        for _ in range(500):  # the bound's timer, then Redis's reply (5 s at most)
+            if _idle(batcher):
+                break
+            await asyncio.sleep(0.01)
+        assert _idle(batcher)
+        assert (batcher.pipelines, batcher.commands) == (1, 1)
+        assert sync.lrange("d1", 0, -1) == [b"b"]
+    finally:
+        sync.close()
+        await batcher.close()
+
+
+async def test_deferred_commands_ride_with_the_next_flush_in_their_place(
+    server: RedisServer,
+) -> None:
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    sync = server.client()
+    try:
+        sync.rpush("d2", b"x")
+        batcher.deferred(("LREM", "d2", 1, b"x"))
+        batcher.deferred(("HSET", "d2h", "f", "old"))
+        await asyncio.sleep(0)
+        assert batcher.pipelines == 0
+        # a later command on the same keys: it goes in the same pipeline, after them
+        assert await _answered(batcher, "RPUSH", "d2", b"x") == 1  # the LREM went first
+        assert await _answered(batcher, "HGET", "d2h", "f") == b"old"
+        assert batcher.pipelines == 2  # the deferred ones took no round trip of their own
+        assert batcher.commands == 4
+        await asyncio.sleep(LAZY_FLUSH_S * 2)  # the bound's timer was cancelled: nothing more
+        assert batcher.pipelines == 2
+        assert batcher.idle
+    finally:
+        sync.close()
+        await batcher.close()
+
+
+async def test_flush_writes_the_deferred_commands(server: RedisServer) -> None:
+    """What a takeover or a shutdown awaits: the deferred removals are in Redis."""
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    sync = server.client()
+    try:
+        sync.rpush("d3", b"a")
+        batcher.deferred(("LREM", "d3", 1, b"a"))
+        async with asyncio.timeout(LAZY_FLUSH_S / 2):
+            await batcher.flush()
+        assert sync.llen("d3") == 0
+        assert batcher.pipelines == 1  # the LREM and the PING together
+    finally:
+        sync.close()
+        await batcher.close()
