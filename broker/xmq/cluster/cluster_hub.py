@@ -441,7 +441,7 @@ class ClusterHub:
         count = 0
         table = self.table
         links = self.links
-        sent: set[str] = set()  # nodes the message went to
+        sent: list[str] = []  # nodes the message went to (a few: cheaper than a set)
         if links:
             topic = message.topic
             record = b""
@@ -457,7 +457,7 @@ class ClusterHub:
                 keep = bool(durable_nodes.get(node))
                 data = frames.publish(record, link.wants_ack(keep))
                 link.send_publish(data, message, keep, hold)
-                sent.add(node)
+                sent.append(node)
             if message.retain and len(sent) < len(links):
                 if not record:
                     record = self.encode(message, message.qos, message.retain)

@@ -142,17 +142,7 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
     elif kind == Kind.DGONE:
         table.durable_gone(node, link.peer_epoch, reader.text(), hub.store is not None)
     elif kind == Kind.SHARED:
-        sequence, group, topic_filter = reader.u32(), reader.text(), reader.text()
-        message = decode_message(hub, reader.rest())[0]
-        stats = hub.broker.stats
-        quota_drops = stats.quota_drops
-        delivered = hub.broker.publish_shared_from_peer(
-            group, topic_filter, message, lambda: link.confirm_shared(sequence)
-        )
-        if link.shared_counted:  # PUBLISH_ACK: the member's record is written (or handed on)
-            _count_in(hub, link)
-            if not delivered and stats.quota_drops != quota_drops:
-                link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
+        _shared(hub, link, reader)
     elif kind == Kind.SHARED_ACK:
         out = link.shared_out
         for _ in range(reader.u32()):
@@ -180,6 +170,23 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
             on_written(node, topic, forward_id, revision)
     else:
         raise frames.FrameError(f"unknown frame kind {kind}")
+
+
+def _shared(hub: ClusterHub, link: PeerLink, reader: BodyReader) -> None:
+    """A SHARED frame: one local member of its group gets the message. (A function of its
+    own: its callback's closure would make ``handle_frame`` build an environment object on
+    every call, PUBLISH frames included.)"""
+    sequence, group, topic_filter = reader.u32(), reader.text(), reader.text()
+    message = decode_message(hub, reader.rest())[0]
+    stats = hub.broker.stats
+    quota_drops = stats.quota_drops
+    delivered = hub.broker.publish_shared_from_peer(
+        group, topic_filter, message, partial(link.confirm_shared, sequence)
+    )
+    if link.shared_counted:  # PUBLISH_ACK: the member's record is written (or handed on)
+        _count_in(hub, link)
+        if not delivered and stats.quota_drops != quota_drops:
+            link.undelivered.append((link.published_in, ReasonCode.QUOTA_EXCEEDED))
 
 
 def _moved_away(hub: ClusterHub, link: PeerLink, message: Message, count: int) -> int:

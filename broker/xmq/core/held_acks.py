@@ -33,11 +33,14 @@ No task or future per message: a held ack is one slotted object with a counter; 
 release theirs in batches, per PUBLISH_ACK. Held acks count against the client's in-flight
 window: a client with the server's Receive Maximum of them is not read until one is released
 (a conforming MQTT 5 client never gets there; a 3.1.1 client has no such limit of its own).
+A PUBACK is counted from the first record that holds it (or a fan-out over later loop turns:
+``waits``), before the publisher's next packet is read: one that nothing durable holds goes
+out when its routing is over, within the same call, and is never counted (no per-connection
+bookkeeping for it). A PUBREC or PUBCOMP is counted from the start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 from xmq.codec.packets import MQTT_5
@@ -50,11 +53,6 @@ if TYPE_CHECKING:
 _PUBACK: Final = 0x40
 _PUBREC: Final = 0x50
 _PUBCOMP: Final = 0x70
-_ENCODERS: dict[int, Callable[[int, int, int], bytes]] = {
-    _PUBACK: puback_bytes,
-    _PUBREC: pubrec_bytes,
-    _PUBCOMP: pubcomp_bytes,
-}
 UNSPECIFIED_ERROR: Final = 0x80
 
 
@@ -65,6 +63,7 @@ class HeldAck:
     __slots__ = (
         "client_id",
         "conn",
+        "counted",
         "delivered",
         "gate",
         "kind",
@@ -75,7 +74,13 @@ class HeldAck:
     )
 
     def __init__(
-        self, gate: AckGate, conn: ClientConnection, client_id: str, kind: int, packet_id: int
+        self,
+        gate: AckGate,
+        conn: ClientConnection,
+        client_id: str,
+        kind: int,
+        packet_id: int,
+        counted: bool = True,
     ) -> None:
         self.gate = gate
         self.conn = conn
@@ -86,10 +91,22 @@ class HeldAck:
         self.pending = 1  # the routing's own: released when routing is over
         self.delivered = 1  # deliveries the routing counted (set when it is over)
         self.quota = False  # a delivery was dropped for a quota (here or on another node)
+        # counted against the connection's in-flight window (a PUBACK: once a record or a
+        # fan-out makes it outlive its routing, ``waits``)
+        self.counted = counted
 
     def hold(self) -> None:
         """One more durable record to wait for."""
         self.pending += 1
+        if not self.counted:
+            self.waits()
+
+    def waits(self) -> None:
+        """The ack outlives its routing (a record holds it, or a fan-out over later loop
+        turns): it counts against the connection's in-flight window from now."""
+        if not self.counted:
+            self.counted = True
+            self.gate.count(self.conn)
 
     def release(self) -> None:
         """One record is written (or needs no waiting any more)."""
@@ -145,20 +162,21 @@ class AckGate:
         self._pubcomps: dict[tuple[str, int], HeldAck] = {}
 
     def begin(self, conn: ClientConnection, client_id: str, qos: int, packet_id: int) -> HeldAck:
-        """A held ack for a PUBLISH about to be routed (released by the caller when done)."""
-        self._count(conn)
+        """A held ack for a PUBLISH about to be routed (released by the caller when done). A
+        PUBACK is counted against the connection's window once something holds it (``waits``)."""
         if qos == 2:
+            self.count(conn)
             held = HeldAck(self, conn, client_id, _PUBREC, packet_id)
             self._qos2[(client_id, packet_id)] = held
         else:
-            held = HeldAck(self, conn, client_id, _PUBACK, packet_id)
+            held = HeldAck(self, conn, client_id, _PUBACK, packet_id, False)
         self.held += 1
         return held
 
     def complete(self, conn: ClientConnection, client_id: str, packet_id: int) -> HeldAck:
         """A held PUBCOMP for a PUBREL whose packet id is about to be removed from the store
         (released by the caller once the removal is queued)."""
-        self._count(conn)
+        self.count(conn)
         held = HeldAck(self, conn, client_id, _PUBCOMP, packet_id)
         self._pubcomps[(client_id, packet_id)] = held
         self.held += 1
@@ -186,7 +204,7 @@ class AckGate:
             return False
         if held.conn is not conn:
             self._forget_conn(held.conn)
-            self._count(conn)
+            self.count(conn)
             held.conn = conn
         return True
 
@@ -200,7 +218,8 @@ class AckGate:
             if waiting.get(key) is held:
                 del waiting[key]
         conn = held.conn
-        self._forget_conn(conn)
+        if held.counted:
+            self._forget_conn(conn)
         if held.reason >= UNSPECIFIED_ERROR:
             self._refuse(held)
             return
@@ -230,7 +249,9 @@ class AckGate:
         """Acknowledgements held for one connection."""
         return self._by_conn.get(conn, 0)
 
-    def _count(self, conn: ClientConnection) -> None:
+    def count(self, conn: ClientConnection) -> None:
+        """One more held ack of ``conn`` (``HeldAck.waits``): at the server's Receive Maximum,
+        it is not read until one goes."""
         count = self._by_conn.get(conn, 0) + 1
         self._by_conn[conn] = count
         if count >= self.limit and conn not in self._paused:
@@ -242,8 +263,8 @@ class AckGate:
         count = by_conn.get(conn, 0) - 1
         if count > 0:
             by_conn[conn] = count
-        else:
-            by_conn.pop(conn, None)
+        elif conn in by_conn:
+            del by_conn[conn]
         if count < self.limit and conn in self._paused:
             self._paused.discard(conn)
             conn.link.resume_reading()
@@ -255,4 +276,10 @@ def write_ack(conn: ClientConnection, kind: int, packet_id: int, reason: int) ->
     A closed connection's link drops the bytes: its client re-sends the PUBLISH after
     reconnecting.
     """
-    conn.link.write(_ENCODERS[kind](packet_id, reason, conn.version))
+    if kind == _PUBACK:  # (each encoder called directly: a native call, not a generic one)
+        data = puback_bytes(packet_id, reason, conn.version)
+    elif kind == _PUBREC:
+        data = pubrec_bytes(packet_id, reason, conn.version)
+    else:
+        data = pubcomp_bytes(packet_id, reason, conn.version)
+    conn.link.write(data)

@@ -230,6 +230,7 @@ def _route_held(
         delivered = broker.publish(message, context)
     dropped = broker.stats.quota_drops != quota_drops
     if not isinstance(delivered, int):  # a large fan-out: the ack waits for its last slice
+        held.waits()  # (counted against the publisher's window meanwhile)
         delivered.routed = partial(_held_fanned_out, conn, held, dropped)
         conn.fanning_out += 1
         return

@@ -107,13 +107,45 @@ async def test_a_client_with_receive_maximum_held_acks_is_not_read_until_one_goe
     gate = AckGate(2)
     fake = FakeConn()
     first = gate.begin(_conn(fake), "pub", 1, 1)
+    first.hold()  # a record
+    first.release()  # routing over: the record still holds it
     assert not _paused(fake)
     second = gate.begin(_conn(fake), "pub", 1, 2)
-    assert _paused(fake)
+    second.hold()
+    assert _paused(fake)  # (before its routing is over: the next packet is not read)
+    second.release()
     first.release()
     assert not _paused(fake)
+    assert gate.waiting(_conn(fake)) == 1
     second.release()
     assert fake.link.packets() == [Puback(1), Puback(2)]
+    assert gate.waiting(_conn(fake)) == 0
+
+
+async def test_a_puback_nothing_holds_goes_with_its_routing_and_is_never_counted() -> None:
+    gate = AckGate(1)  # a window of one: counting it would pause the publisher
+    fake = FakeConn()
+    for packet_id in (1, 2, 3):
+        held = gate.begin(_conn(fake), "pub", 1, packet_id)
+        assert gate.waiting(_conn(fake)) == 0 and gate.held == 1
+        held.routed(1, False)
+        assert not _paused(fake)
+    assert fake.link.packets() == [Puback(1), Puback(2), Puback(3)]
+    assert gate.held == 0
+
+
+async def test_a_puback_waiting_for_a_fan_out_counts_against_the_window() -> None:
+    gate = AckGate(1)
+    fake = FakeConn()
+    held = gate.begin(_conn(fake), "pub", 1, 4)
+    held.waits()  # a fan-out over later loop turns
+    assert gate.waiting(_conn(fake)) == 1 and _paused(fake)
+    held.hold()  # a later slice's record: counted once
+    assert gate.waiting(_conn(fake)) == 1
+    held.release()
+    held.routed(2, False)  # the last slice
+    assert fake.link.packets() == [Puback(4)]
+    assert gate.waiting(_conn(fake)) == 0 and not _paused(fake)
 
 
 class FakeStore:
