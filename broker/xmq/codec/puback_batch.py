@@ -16,6 +16,13 @@ _PLAIN_LENGTH: Final = 0x02
 """``Final``: compiled, literals in the code, not two lookups in the module's dict a read."""
 
 
+def plain_puback_id(data: bytes) -> int:
+    """The packet id when ``data`` is exactly one plain PUBACK (four bytes), else 0."""
+    if len(data) != 4 or data[0] != _PUBACK_FIRST or data[1] != _PLAIN_LENGTH:
+        return 0
+    return (data[2] << 8) | data[3]  # (0 too for packet id 0: malformed, the reader says so)
+
+
 def plain_puback_ids(data: bytes) -> list[int] | None:
     """The packet ids when ``data`` is one or more complete plain PUBACKs, else None."""
     size = len(data)

@@ -227,14 +227,21 @@ class ClientConnection(SessionClient):
 
     def on_pubacks(self, packet_ids: list[int]) -> None:
         """Plain PUBACKs recognised in bulk by the adapter (see codec.puback_batch)."""
+        for packet_id in packet_ids:  # compiled: a C call each (a bound method would not be)
+            if not self.on_plain_puback(packet_id):
+                return
+
+    def on_plain_puback(self, packet_id: int) -> bool:
+        """One plain PUBACK recognised by the adapter (a read of exactly one: no list made
+        for it); False when it closed the connection (a PUBACK for a QoS 2 message)."""
         session = self.session
         if session is None:
-            return
-        now = self.last_seen  # the adapter stamped it with the loop's time for this read
-        for packet_id in packet_ids:  # compiled: a C call each (a bound method would not be)
-            if session.on_puback(packet_id, now) == VIOLATION:
-                self.close_with(ReasonCode.PROTOCOL_ERROR, "PUBACK for a QoS 2 message")
-                return
+            return True
+        # ``now``: the adapter stamped ``last_seen`` with the loop's time for this read
+        if session.on_puback(packet_id, self.last_seen) == VIOLATION:
+            self.close_with(ReasonCode.PROTOCOL_ERROR, "PUBACK for a QoS 2 message")
+            return False
+        return True
 
     def inbound_aliases(self) -> InboundTopicAliases:
         """The topic aliases this client sets (made when its first PUBLISH uses one: most

@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 from xmq.codec.writer import pubrel_bytes
 from xmq.core.delivery_queue import Delivery
-from xmq.core.message import Message
 from xmq.protocol.outbound_qos import (
     AFTER_STORE,
     IN_TURN,
@@ -37,7 +36,7 @@ from xmq.protocol.outbound_qos import (
 )
 
 if TYPE_CHECKING:
-    from xmq.core.session import Session, Subscription
+    from xmq.core.session import Session
     from xmq.core.session_client import SessionClient
 
 
@@ -58,24 +57,12 @@ def write(conn: SessionClient, delivery: Delivery, action: int, now: float) -> b
     )
 
 
-def write_new(
-    conn: SessionClient,
-    message: Message,
-    qos: int,
-    retain: bool,
-    subscription_ids: tuple[int, ...],
-    share: Subscription | None,
-    packet_id: int,
-    now: float,
-) -> Delivery | None:
+def write_new(conn: SessionClient, delivery: Delivery, packet_id: int, now: float) -> bool:
     """The hot path's first send (``Session.deliver``, nothing owed, no store): a new delivery
-    started under ``packet_id`` and written now, in one call (compiled, the delivery's
-    construction, its ``start`` and ``write`` are C calls); None when its PUBLISH exceeds the
-    client's Maximum Packet Size (skipped, as the spec says)."""
-    delivery = Delivery(message, qos, retain, subscription_ids, share)
-    if write(conn, delivery, delivery.start(packet_id, SEND_NOW), now):
-        return delivery
-    return None
+    started under ``packet_id`` and written now, in one call (compiled, its ``start`` and
+    ``write`` are C calls); False when its PUBLISH exceeds the client's Maximum Packet Size
+    (skipped, as the spec says)."""
+    return write(conn, delivery, delivery.start(packet_id, SEND_NOW), now)
 
 
 def hold_for(session: Session, delivery: Delivery) -> int:

@@ -221,18 +221,20 @@ class Session:
             and len(inflight) < conn.send_window
             and not conn.link.congested
         ):
-            # The hot path, inlined: next packet id, write, remember as in flight.
+            # The hot path, inlined: in flight under the next packet id (one dict operation,
+            # its key boxed once: ``setdefault`` finds it free), then written.
+            delivery = Delivery(message, qos, retain, subscription_ids, share)
             allocator = self.packet_ids
             packet_id = allocator.next_id
-            if packet_id in inflight:
-                packet_id = allocator.allocate(inflight)
-            else:
+            if inflight.setdefault(packet_id, delivery) is delivery:
                 allocator.next_id = packet_id + 1 if packet_id < 0xFFFF else 1
-            sent = write_new(conn, message, qos, retain, subscription_ids, share, packet_id, now)
-            if sent is None:
-                return False  # too large for this client: skipped as the spec says
-            inflight[packet_id] = sent
-            return True
+            else:
+                packet_id = allocator.allocate(inflight)
+                inflight[packet_id] = delivery
+            if write_new(conn, delivery, packet_id, now):
+                return True
+            del inflight[packet_id]
+            return False  # too large for this client: skipped as the spec says
         if share is None and len(subscription_ids) < 2:
             return self._enqueue_words(message, qos, retain, subscription_ids)
         return self._enqueue(Delivery(message, qos, retain, subscription_ids, share))

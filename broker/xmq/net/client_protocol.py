@@ -28,13 +28,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import cast
+from typing import Final, cast
 
-from xmq.codec.byte_values import packet_id_bytes
 from xmq.codec.errors import ProtocolError
 from xmq.codec.packets import Packet
 from xmq.codec.plain_publish import plain_publish
-from xmq.codec.puback_batch import plain_puback_ids
+from xmq.codec.puback_batch import plain_puback_id, plain_puback_ids
 from xmq.codec.reader import PacketReader
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
@@ -62,6 +61,9 @@ DECODE_BATCH = 64
 out to the slice's deliveries) leaves at most this many decoded; the rest of the read stays
 bytes until a later turn reaches it."""
 
+
+_BYTE: Final = tuple(bytes((value,)) for value in range(256))
+"""Every one-byte ``bytes`` (a packet id's two bytes are written as two of them)."""
 
 _NO_PACKETS: list[Packet] = []
 """The packets a new read starts with (read, never changed)."""
@@ -210,7 +212,12 @@ class MqttClientProtocol(ClientLink):
             if conn.state == CONNECTED and not self.reader.pending and self._backlog is None:
                 first = data[0]
                 if first == 0x40:
-                    acked = plain_puback_ids(data)  # the common read of a fan-out subscriber
+                    # the common read of a fan-out subscriber: one PUBACK (no list for it)
+                    packet_id = plain_puback_id(data)
+                    if packet_id:
+                        conn.on_plain_puback(packet_id)
+                        return
+                    acked = plain_puback_ids(data) if len(data) != 4 else None
                     if acked is not None:
                         conn.on_pubacks(acked)
                         return
@@ -411,8 +418,12 @@ class MqttClientProtocol(ClientLink):
         out = self._out
         if not out:
             self._scheduler.mark(self)
-        # the packet made by two concatenations of bytes (compiled, a C copy each), one item
-        packet = head + packet_id_bytes(packet_id) + tail if packet_id else head + tail
+        # one allocation (compiled, ``%b`` formatting of bytes is a single C copy of the
+        # pieces): the packet id's two bytes are shared one-byte objects (no ``to_bytes``)
+        if packet_id:
+            packet = b"%b%b%b%b" % (head, _BYTE[packet_id >> 8], _BYTE[packet_id & 0xFF], tail)
+        else:
+            packet = head + tail
         out.append(packet)
         self._out_size += len(packet)
 

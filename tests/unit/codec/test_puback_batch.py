@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from xmq.codec.packets import Puback
-from xmq.codec.puback_batch import plain_puback_ids
+from xmq.codec.puback_batch import plain_puback_id, plain_puback_ids
 from xmq.codec.reader import PacketReader
 from xmq.codec.writer import encode
 
@@ -14,6 +14,7 @@ from xmq.codec.writer import encode
 def test_agrees_with_the_reader(ids: list[int]) -> None:
     data = b"".join(encode(Puback(packet_id), 5) for packet_id in ids)
     assert plain_puback_ids(data) == ids
+    assert plain_puback_id(data) == (ids[0] if len(ids) == 1 else 0)
     decoded = PacketReader(protocol_version=5).feed(data)
     assert [p.packet_id for p in decoded if isinstance(p, Puback)] == ids
 
@@ -43,3 +44,4 @@ def test_agrees_with_the_reader(ids: list[int]) -> None:
 )
 def test_anything_else_is_left_to_the_reader(data: bytes) -> None:
     assert plain_puback_ids(data) is None
+    assert plain_puback_id(data) == 0
