@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 
@@ -30,11 +31,8 @@ def removal_of(payload: bytes) -> bytes:
 
 @pytest.fixture
 def setup(redis_server: RedisServer, uid: str) -> Iterator[Setup]:
-    started = Setup(redis_server, uid)
-    try:
+    with closing(Setup(redis_server, uid)) as started:
         yield started
-    finally:
-        started.close()
 
 
 def _queued(setup: Setup) -> int:

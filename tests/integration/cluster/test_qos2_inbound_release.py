@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 
@@ -136,11 +137,8 @@ class Setup:
 
 @pytest.fixture
 def setup(redis_server: RedisServer, uid: str) -> Iterator[Setup]:
-    started = Setup(redis_server, uid)
-    try:
+    with closing(Setup(redis_server, uid)) as started:
         yield started
-    finally:
-        started.close()
 
 
 def _payloads(packets: list[Packet]) -> list[bytes]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 
 import pytest
 
@@ -165,11 +166,8 @@ class Setup:
 
 @pytest.fixture
 def setup(redis_server: RedisServer, uid: str) -> Iterator[Setup]:
-    started = Setup(redis_server, uid)
-    try:
+    with closing(Setup(redis_server, uid)) as started:
         yield started
-    finally:
-        started.close()
 
 
 def test_a_publish_does_not_reach_the_client_before_its_packet_id(setup: Setup) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import closing
 
 import pytest
 
@@ -39,11 +40,8 @@ GROUP = "g"
 
 @pytest.fixture
 def setup(redis_server: RedisServer, uid: str) -> Iterator[Setup]:
-    started = Setup(redis_server, uid)
-    try:
+    with closing(Setup(redis_server, uid)) as started:
         yield started
-    finally:
-        started.close()
 
 
 def _members(setup: Setup, layout: str, kinds: str) -> list[Subscriber]:
