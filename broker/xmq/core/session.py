@@ -404,13 +404,17 @@ class Session:
         """PUBACK received: the state machine's action (``protocol.outbound_qos``), carried
         out here when it is ``COMPLETE``; ``VIOLATION`` is for the caller to close on."""
         inflight = self.inflight
-        delivery = inflight.get(packet_id)  # (compiled, ``get`` and ``del`` are C calls;
-        if delivery is None:  # ``pop(packet_id, None)`` was a Python method call)
+        # The packet id as a Python int, made once: compiled, ``get`` and ``del`` each boxed
+        # the native int anew (an allocation for every id above 256); both are C calls on the
+        # same object here (``pop(packet_id, None)`` was a Python method call).
+        key: object = packet_id
+        delivery: Delivery | None = inflight.get(key)  # type: ignore[call-overload]
+        if delivery is None:
             return NOTHING  # a late duplicate
         action = delivery.on_puback()
         if action != COMPLETE:
             return action  # a violation: still in flight
-        del inflight[packet_id]
+        del inflight[key]  # type: ignore[arg-type]
         # ``_completed``, inlined: the hot path's acknowledgement
         if self.store is not None:
             self.store.acknowledged(self, delivery)

@@ -11,7 +11,8 @@ packet further on is answered when it is reached, after the packets before it). 
 whose own fan-out is routed over several turns (``core.fanout_slices``;
 ``ClientConnection.fanning_out``) holds the rest of the read the same way until its last
 slice. Packets keep their order.
-Output is kept as a list of ``bytes`` per connection and written at the end of the read callback
+Output is kept per connection (its first ``bytes``; a list of them once a second comes: most
+flushes write one packet) and written at the end of the read callback
 that made it, or once per loop turn for a connection written at the same loop time already
 (``FlushScheduler``, ``core.turn_flush``), so a burst of deliveries to one client costs one
 ``write`` system call (when several reads of one turn write to it: one per millisecond at
@@ -94,6 +95,7 @@ class MqttClientProtocol(ClientLink):
         "_backlog_error",
         "_fence",
         "_fenced",
+        "_first",
         "_flushed_ms",
         "_held",
         "_linger",
@@ -130,7 +132,12 @@ class MqttClientProtocol(ClientLink):
         self._transport_write: Callable[[bytes], object] = _no_transport_write
         self._transport_closing: Callable[[], bool] = _no_transport
         self._scheduler = scheduler
-        self._out: list[bytes] = []  # what this turn wrote, flushed once (``FlushScheduler``)
+        # What this turn wrote, flushed once (``FlushScheduler``): its first packet, and once
+        # there is a second, all of them in order in the list. Most flushes write one packet
+        # (a PUBLISH to a fan-out subscriber, a PUBACK), with no list append, clear (the
+        # list's array freed) and append again (made again) for it.
+        self._first: bytes | None = None
+        self._out: list[bytes] = []  # empty, or every packet (the first one too)
         self._out_size = 0
         self._flushed_ms = -1  # the loop time (ms) of its last write at a read's end (flush_read)
         self._closing = False
@@ -406,25 +413,35 @@ class MqttClientProtocol(ClientLink):
     def write(self, data: bytes) -> None:
         if self._closing:
             return
-        out = self._out
-        if not out:
+        first = self._first
+        if first is None:
+            self._first = data
             self._scheduler.mark(self)
-        out.append(data)
+        else:
+            out = self._out
+            if not out:
+                out.append(first)
+            out.append(data)
         self._out_size += len(data)
 
     def write_publish(self, head: bytes, packet_id: int, tail: bytes) -> None:
         if self._closing:
             return
-        out = self._out
-        if not out:
-            self._scheduler.mark(self)
         # one allocation (compiled, ``%b`` formatting of bytes is a single C copy of the
         # pieces): the packet id's two bytes are shared one-byte objects (no ``to_bytes``)
         if packet_id:
             packet = b"%b%b%b%b" % (head, _BYTE[packet_id >> 8], _BYTE[packet_id & 0xFF], tail)
         else:
             packet = head + tail
-        out.append(packet)
+        first = self._first
+        if first is None:
+            self._first = packet
+            self._scheduler.mark(self)
+        else:
+            out = self._out
+            if not out:
+                out.append(first)
+            out.append(packet)
         self._out_size += len(packet)
 
     def flush_read(self, now: float) -> bool:
@@ -441,15 +458,21 @@ class MqttClientProtocol(ClientLink):
         return not self._paused_writing and self._out_size < self._write_limit
 
     def flush(self) -> None:
-        out = self._out
-        if out and not self._transport_closing():  # (no transport yet: "closing")
+        first = self._first
+        if first is not None and not self._transport_closing():  # (no transport: "closing")
             self._stats.bytes_sent += self._out_size
             self._out_size = 0
-            data = out[0] if len(out) == 1 else b"".join(out)
-            out.clear()  # (the list is kept: the transport holds the bytes, not the list)
+            self._first = None
+            out = self._out
+            if out:
+                data = b"".join(out)
+                out.clear()  # (the list is kept: the transport holds the bytes, not the list)
+            else:
+                data = first
             self._transport_write(data)
 
     def _drop_output(self) -> None:
+        self._first = None
         self._out.clear()
         self._out_size = 0
 

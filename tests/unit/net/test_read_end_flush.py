@@ -31,6 +31,7 @@ class _Transport:
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
+        self.closing = False
 
     def write(self, data: bytes) -> None:
         self.writes.append(bytes(data))
@@ -42,7 +43,7 @@ class _Transport:
         pass
 
     def is_closing(self) -> bool:
-        return False
+        return self.closing
 
     def get_extra_info(self, name: str) -> object:
         return ("127.0.0.1", 1) if name == "peername" else None
@@ -131,3 +132,36 @@ def test_a_read_at_a_later_loop_time_writes_at_once_again() -> None:
     assert node.soon() == 0
     assert len(sub_out.packets()) == 2
     assert pub_out.packets() == [[Puback(1)], [Puback(2)]]
+
+
+def test_a_flush_of_several_packets_keeps_their_order_and_the_next_flush_starts_afresh() -> None:
+    node = _Node()
+    _, sub_out = _subscribed(node)
+    pub, pub_out = node.client("pub")
+    pub.data_received(_publish(1))  # written at the read's end: the subscriber's loop time
+    for packet_id in (2, 3, 4):  # left to the turn's flush: one write of the three
+        pub.data_received(_publish(packet_id))
+    node.loop.run_turn()
+    first, rest = sub_out.packets()
+    assert [cast(Publish, packet).payload for packet in first] == [b"m1"]
+    assert [cast(Publish, packet).payload for packet in rest] == [b"m2", b"m3", b"m4"]
+    node.loop.advance(0.001)
+    pub.data_received(_publish(5))  # one packet again, alone in its write
+    [[alone]] = sub_out.packets()
+    assert cast(Publish, alone).payload == b"m5"
+    assert pub_out.packets() == [[Puback(1)], [Puback(2), Puback(3), Puback(4)], [Puback(5)]]
+
+
+def test_output_for_a_closing_transport_waits_and_is_dropped_when_the_connection_is_lost() -> None:
+    node = _Node()
+    sub, sub_out = _subscribed(node)
+    pub, _ = node.client("pub")
+    sub_out.closing = True  # (closed under the protocol: its connection_lost comes later)
+    pub.data_received(_publish(1))
+    pub.data_received(_publish(2))
+    node.loop.run_turn()
+    assert sub_out.writes == []  # kept, not written to a closing transport
+    sub.connection_lost(None)
+    sub_out.closing = False
+    sub.flush()
+    assert sub_out.writes == []  # dropped with the connection
