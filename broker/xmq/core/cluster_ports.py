@@ -236,7 +236,9 @@ class DurableStore(Protocol):
         """Wait until every record queued so far is written."""
 
     def written(self) -> bool:
-        """True when every write queued so far is answered (``flush`` has nothing to wait for)."""
+        """True when every write queued so far is answered, but removals nobody waits for (an
+        acknowledged record's, which may come later: a node killed first sends the message
+        again); when True, ``flush`` has no record to wait for."""
 
     def append_if_owner(
         self,

@@ -8,7 +8,10 @@ follows the load by itself — many connections' records share each round trip a
 ``write``/reply event while each caller still waits for its own reply. Replies call back in
 order on the node's :class:`RespConnection`. A *deferred* command (an acknowledged record's
 removal) starts no flush of its own: it rides with the next command's, or goes alone
-``LAZY_FLUSH_S`` later — at low rates one round trip per message instead of two.
+``LAZY_FLUSH_S`` later — at low rates one round trip per message instead of two. That bound
+is one timer that no flush cancels: firing, it flushes only deferred commands that have
+waited ``LAZY_FLUSH_S``, else it is armed again for the oldest one still waiting (at 50
+messages/s one timer per ~100 ms, not a timer and a cancel per message).
 
 Durable writes (``retry=True``) survive transient failures: a lost connection (reset, refused,
 a failed connect) and the error replies Redis gives while it cannot take a write now
@@ -68,6 +71,10 @@ BACKOFF_MAX_S: Final = 1.0
 
 LAZY_FLUSH_S: Final = 0.1
 """A ``deferred`` command waits at most this long for another command's flush to carry it."""
+
+_LAZY_SLACK_S: Final = 0.001
+"""The bound's timer fires on the loop's millisecond clock: a deferred command this close to
+its bound goes now rather than after a timer of its own."""
 
 
 ScriptCall = tuple[str, tuple[Any, ...], bytes]
@@ -212,9 +219,16 @@ class RedisBatcher:
         self._inflight = 0
         self._armed = False
         self._lazy_timer: asyncio.TimerHandle | None = None  # the bound of deferred commands
+        # loop time the oldest deferred command not yet in a pipeline was queued (< 0: none)
+        self._deferred_at = -1.0
+        self._deferred = 0  # deferred commands in _pending (fewer once a flush split them)
         self._closed = False
         self._idle = True  # nothing queued or waiting for a reply (a flag: nobody awaits it)
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it flushes in
+        # bound once (compiled, ``loop.call_soon(self._flush)`` looked the method up and made
+        # a bound ``_flush`` at every arm: once a durable message at low rates)
+        self._call_soon: Callable[[Callable[[], None]], object] | None = None
+        self._run: Callable[[], None] = self._flush
         self.pipelines = 0
         self.commands = 0
         self.failures = 0
@@ -264,22 +278,33 @@ class RedisBatcher:
         pipeline or a later one, never before it. For removals whose loss is harmless (an
         acknowledged record's ``LREM``: a node killed before it re-sends the message)."""
         self._pending.append(_Entry(args, None, True, None, None, None, payload))
+        self._deferred += 1
         self._idle = False
-        if (
-            self._lazy_timer is None
-            and not self._armed
-            and not self._inflight
-            and self._retry_timer is None
-        ):
+        if self._deferred_at < 0.0:  # the first since the last flush: its bound starts
             loop = self._loop
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
-            self._lazy_timer = loop.call_later(LAZY_FLUSH_S, self._lazy_flush)
+            self._deferred_at = loop.time()
+            if self._lazy_timer is None:  # (else the timer armed earlier sees to it)
+                self._lazy_timer = loop.call_later(LAZY_FLUSH_S, self._lazy_flush)
 
     def _lazy_flush(self) -> None:
+        """The bound's timer: the deferred commands that waited ``LAZY_FLUSH_S`` go now; a
+        flush that carried the ones it was armed for leaves it nothing to do (the next
+        deferred command arms it again), one queued since waits for a timer of its own."""
         self._lazy_timer = None
-        if self._pending and not self._armed and not self._inflight:
-            self._flush()  # (waits for the backoff's end itself)
+        since = self._deferred_at
+        if since < 0.0 or self._closed:
+            return
+        if self._armed or self._inflight or self._retry_timer is not None:
+            return  # a flush is coming (the reply's end, the backoff's end): it carries them
+        loop = self._loop or asyncio.get_running_loop()  # (set: ``deferred`` armed it)
+        wait = since + LAZY_FLUSH_S - loop.time()
+        if wait > _LAZY_SLACK_S:
+            self._lazy_timer = loop.call_later(wait, self._lazy_flush)
+            return
+        if self._pending:
+            self._flush()
 
     def script(
         self,
@@ -363,15 +388,24 @@ class RedisBatcher:
 
     def _arm(self) -> None:
         self._armed = True
-        loop = self._loop
-        if loop is None:  # (get_running_loop() makes a getpid system call in Python 3.11)
-            loop = self._loop = asyncio.get_running_loop()  # a batcher serves one loop
-        loop.call_soon(self._flush)
+        call_soon = self._call_soon
+        if call_soon is None:
+            loop = self._loop
+            if loop is None:  # (get_running_loop() makes a getpid system call in Python 3.11)
+                loop = self._loop = asyncio.get_running_loop()  # a batcher serves one loop
+            call_soon = self._call_soon = loop.call_soon
+        call_soon(self._run)
 
     @property
     def idle(self) -> bool:
         """Nothing queued or waiting for a reply."""
         return self._idle
+
+    @property
+    def settled(self) -> bool:
+        """Nothing in flight or waiting to be sent again, and nothing queued but deferred
+        commands (an acknowledged record's removal, which nobody waits for)."""
+        return not self._inflight and not self._retrying and len(self._pending) == self._deferred
 
     @property
     def backlog(self) -> int:
@@ -427,10 +461,9 @@ class RedisBatcher:
             self._reconnect()
             return
         batch, self._pending = self._pending, []
-        lazy = self._lazy_timer
-        if lazy is not None:  # the deferred commands go in this pipeline
-            self._lazy_timer = None
-            lazy.cancel()
+        # the deferred commands go in this pipeline (the bound's timer is left to find none)
+        self._deferred_at = -1.0
+        self._deferred = 0
         if len(batch) == 1 and not self.wait_replicas:
             # one command alone (at low rates, an acknowledgement's LREM): its payload is the
             # pipeline, the entry its only callback (no lists of parts, no join)

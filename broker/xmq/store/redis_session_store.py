@@ -497,7 +497,9 @@ class RedisSessionStore:
         await self.batcher.flush()
 
     def written(self) -> bool:
-        return self.batcher.idle
+        # an acknowledged record's deferred removal (``acknowledged``) is not waited for: a
+        # node link's confirmation goes now, without a task and a flush of its own
+        return self.batcher.settled
 
     # -- sessions owned by a dead (or departed) node ----------------------------------------
 

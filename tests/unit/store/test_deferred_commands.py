@@ -74,7 +74,7 @@ async def test_deferred_commands_ride_with_the_next_flush_in_their_place(
         assert await _answered(batcher, "HGET", "d2h", "f") == b"old"
         assert batcher.pipelines == 2  # the deferred ones took no round trip of their own
         assert batcher.commands == 4
-        await asyncio.sleep(LAZY_FLUSH_S * 2)  # the bound's timer was cancelled: nothing more
+        await asyncio.sleep(LAZY_FLUSH_S * 2)  # the bound's timer finds nothing left: no more
         assert batcher.pipelines == 2
         assert batcher.idle
     finally:
@@ -96,4 +96,60 @@ async def test_flush_writes_the_deferred_commands(server: RedisServer) -> None:
         assert batcher.pipelines == 1  # the LREM and the PING together
     finally:
         sync.close()
+        await batcher.close()
+
+
+async def test_a_deferred_command_queued_after_a_flush_waits_its_own_bound(
+    server: RedisServer,
+) -> None:
+    """The bound's timer outlives the flush that carried the command it was armed for: firing,
+    it leaves a command queued since alone (no extra round trip) until that one's bound."""
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    sync = server.client()
+    loop = asyncio.get_running_loop()
+    try:
+        sync.rpush("d4", b"a", b"b")
+        batcher.deferred(("LREM", "d4", 1, b"a"))  # arms the bound's timer
+        await asyncio.sleep(LAZY_FLUSH_S * 0.3)
+        assert await _answered(batcher, "PING") == b"PONG"  # carries the first LREM
+        assert batcher.pipelines == 1
+        assert batcher.settled
+        await asyncio.sleep(LAZY_FLUSH_S * 0.2)
+        queued = loop.time()
+        batcher.deferred(("LREM", "d4", 1, b"b"))
+        assert batcher.settled  # only a deferred removal waits: nothing to confirm
+        assert not batcher.idle
+        # the timer armed for the first fires ~0.5 bound after this one was queued
+        await asyncio.sleep(LAZY_FLUSH_S * 0.75)
+        assert batcher.pipelines == 1
+        assert sync.lrange("d4", 0, -1) == [b"b"]
+        for _ in range(500):
+            if _idle(batcher):
+                break
+            await asyncio.sleep(0.01)
+        assert _idle(batcher)
+        assert loop.time() - queued >= LAZY_FLUSH_S * 0.99
+        assert (batcher.pipelines, batcher.commands) == (2, 3)
+        assert sync.llen("d4") == 0
+    finally:
+        sync.close()
+        await batcher.close()
+
+
+async def test_a_command_waited_for_is_not_settled(server: RedisServer) -> None:
+    """``settled`` (what a node link's confirmation checks) is False while a command other
+    than a deferred removal is queued or in flight."""
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    try:
+        batcher.deferred(("LREM", "d5", 1, b"a"))
+        batcher.command("RPUSH", "d5", b"x")
+        assert not batcher.settled
+        await asyncio.sleep(0)  # the flush: both in flight
+        assert batcher.inflight == 2
+        assert not batcher.settled
+        await batcher.flush()
+        assert (batcher.settled, batcher.idle) == (True, True)  # (a property: not narrowed)
+    finally:
         await batcher.close()
