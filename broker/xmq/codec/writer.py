@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final
 
-from xmq.codec.byte_values import packet_id_bytes
+from xmq.codec.byte_values import u16
 from xmq.codec.packets import (
     Auth,
     Connack,
@@ -156,7 +156,7 @@ _PUBREC_HEAD: Final = b"\x50\x02"
 _PUBREL_HEAD: Final = b"\x62\x02"
 _PUBCOMP_HEAD: Final = b"\x70\x02"
 """The fixed header of a success acknowledgement (remaining length 2: the packet id only):
-compiled, ``head + packet_id_bytes(packet_id)`` is a concatenation of two bytes, where
+compiled, ``head + u16(packet_id)`` is a concatenation of two bytes, where
 ``bytes((first, 2, hi, lo))`` built a tuple and called ``bytes`` on it (~1,200 instructions
 per PUBACK against ~350)."""
 
@@ -183,7 +183,7 @@ def puback_bytes(packet_id: int, reason: int, version: int) -> bytes:
         packet = _PUBACKS[packet_id]
         if packet:
             return packet
-    packet = _PUBACK_HEAD + packet_id_bytes(packet_id)  # (ValueError beyond two bytes)
+    packet = _PUBACK_HEAD + u16(packet_id)  # (ValueError beyond two bytes)
     _PUBACKS[packet_id] = packet
     return packet
 
@@ -192,21 +192,21 @@ def pubrec_bytes(packet_id: int, reason: int, version: int) -> bytes:
     """A PUBREC (QoS 2, publish received) for a peer speaking ``version``."""
     if reason and version == 5:
         return _id_ack(_PUBREC_FIRST, packet_id, reason, version)
-    return _PUBREC_HEAD + packet_id_bytes(packet_id)
+    return _PUBREC_HEAD + u16(packet_id)
 
 
 def pubrel_bytes(packet_id: int, reason: int, version: int) -> bytes:
     """A PUBREL (QoS 2, publish released; fixed-header flags 0010) for ``version``."""
     if reason and version == 5:
         return _id_ack(_PUBREL_FIRST, packet_id, reason, version)
-    return _PUBREL_HEAD + packet_id_bytes(packet_id)
+    return _PUBREL_HEAD + u16(packet_id)
 
 
 def pubcomp_bytes(packet_id: int, reason: int, version: int) -> bytes:
     """A PUBCOMP (QoS 2, publish complete) for a peer speaking ``version``."""
     if reason and version == 5:
         return _id_ack(_PUBCOMP_FIRST, packet_id, reason, version)
-    return _PUBCOMP_HEAD + packet_id_bytes(packet_id)
+    return _PUBCOMP_HEAD + u16(packet_id)
 
 
 def _subscribe(packet: Subscribe, version: int) -> bytes:

@@ -11,17 +11,24 @@ packet further on is answered when it is reached, after the packets before it). 
 whose own fan-out is routed over several turns (``core.fanout_slices``;
 ``ClientConnection.fanning_out``) holds the rest of the read the same way until its last
 slice. Packets keep their order.
-Output is kept per connection (its first ``bytes``; a list of them once a second comes: most
-flushes write one packet) and written at the end of the read callback
+Output is kept per connection (its first ``bytes``, then a list of the others) and written at the
+end of the read callback
 that made it, or once per loop turn for a connection written at the same loop time already
 (``FlushScheduler``, ``core.turn_flush``), so a burst of deliveries to one client costs one
 ``write`` system call (when several reads of one turn write to it: one per millisecond at
 most at the reads' ends, then one for the rest at the turn's end). A flush's
 single packet (the common case: a PUBACK, one PUBLISH) is handed to the transport as the very
-``bytes`` object the core made, several are joined once:
+``bytes`` object the core made, kept in a slot of its own (no list appended to and cleared for
+it: ~600 instructions a point-to-point message), several are joined once:
 uvloop's ``write`` takes ``bytes`` as they are, where a ``bytearray`` cost it a ``memoryview``
 and a ``cast('b')`` call per write (~1,100 instructions), on top of a new ``bytearray`` per
 connection per turn.
+A flush does not ask the transport ``is_closing()`` first (a Python-level call, ~270
+instructions a write): the protocol knows when its transport stops taking bytes — its own
+``close`` and ``abort``, the client's EOF (``eof_received``: the transport closes itself
+next), ``connection_lost`` — and a transport that uvloop closed on an error meanwhile refuses
+the write with ``RuntimeError``, which is dropped then if the transport says it is closing
+(as the check did), raised otherwise (as the write did).
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Final, cast
+from typing import cast
 
+from xmq.codec.byte_values import u16
 from xmq.codec.errors import ProtocolError
 from xmq.codec.packets import Packet
 from xmq.codec.plain_publish import plain_publish
@@ -62,9 +70,6 @@ DECODE_BATCH = 64
 out to the slice's deliveries) leaves at most this many decoded; the rest of the read stays
 bytes until a later turn reaches it."""
 
-
-_BYTE: Final = tuple(bytes((value,)) for value in range(256))
-"""Every one-byte ``bytes`` (a packet id's two bytes are written as two of them)."""
 
 _NO_PACKETS: list[Packet] = []
 """The packets a new read starts with (read, never changed)."""
@@ -107,6 +112,7 @@ class MqttClientProtocol(ClientLink):
         "_stats",
         "_transport",
         "_transport_closing",
+        "_transport_open",
         "_transport_write",
         "_write_limit",
         "conn",
@@ -131,13 +137,14 @@ class MqttClientProtocol(ClientLink):
         # output): a method call on the transport looked the method up each time
         self._transport_write: Callable[[bytes], object] = _no_transport_write
         self._transport_closing: Callable[[], bool] = _no_transport
+        # the transport is up and takes bytes: not before ``connection_made``, not after the
+        # client's EOF (the transport closes then), ``close``, ``abort``, ``connection_lost``
+        self._transport_open = False
         self._scheduler = scheduler
-        # What this turn wrote, flushed once (``FlushScheduler``): its first packet, and once
-        # there is a second, all of them in order in the list. Most flushes write one packet
-        # (a PUBLISH to a fan-out subscriber, a PUBACK), with no list append, clear (the
-        # list's array freed) and append again (made again) for it.
+        # what this turn wrote, flushed once (``FlushScheduler``): the first packet (None: no
+        # output), then the others
         self._first: bytes | None = None
-        self._out: list[bytes] = []  # empty, or every packet (the first one too)
+        self._out: list[bytes] = []
         self._out_size = 0
         self._flushed_ms = -1  # the loop time (ms) of its last write at a read's end (flush_read)
         self._closing = False
@@ -193,6 +200,7 @@ class MqttClientProtocol(ClientLink):
         self._transport = transport
         self._transport_write = transport.write
         self._transport_closing = transport.is_closing
+        self._transport_open = True
         # The peer's address is not formatted here: only a log line or an authenticator that
         # uses it asks for it (``peer``); most connections never do.
         # No TCP_NODELAY here: asyncio and uvloop set it on every TCP transport they create
@@ -385,10 +393,12 @@ class MqttClientProtocol(ClientLink):
         return None
 
     def eof_received(self) -> bool | None:
+        self._transport_open = False  # the transport closes itself on return: no more writes
         return None  # close the transport
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closing = True
+        self._transport_open = False
         if self._linger is not None:
             self._linger.cancel()
             self._linger = None
@@ -413,35 +423,24 @@ class MqttClientProtocol(ClientLink):
     def write(self, data: bytes) -> None:
         if self._closing:
             return
-        first = self._first
-        if first is None:
+        if self._first is None:
             self._first = data
             self._scheduler.mark(self)
         else:
-            out = self._out
-            if not out:
-                out.append(first)
-            out.append(data)
+            self._out.append(data)
         self._out_size += len(data)
 
     def write_publish(self, head: bytes, packet_id: int, tail: bytes) -> None:
         if self._closing:
             return
         # one allocation (compiled, ``%b`` formatting of bytes is a single C copy of the
-        # pieces): the packet id's two bytes are shared one-byte objects (no ``to_bytes``)
-        if packet_id:
-            packet = b"%b%b%b%b" % (head, _BYTE[packet_id >> 8], _BYTE[packet_id & 0xFF], tail)
-        else:
-            packet = head + tail
-        first = self._first
-        if first is None:
+        # pieces): the packet id's two bytes from the codec's table (no ``to_bytes``)
+        packet = b"%b%b%b" % (head, u16(packet_id), tail) if packet_id else head + tail
+        if self._first is None:
             self._first = packet
             self._scheduler.mark(self)
         else:
-            out = self._out
-            if not out:
-                out.append(first)
-            out.append(packet)
+            self._out.append(packet)
         self._out_size += len(packet)
 
     def flush_read(self, now: float) -> bool:
@@ -458,18 +457,22 @@ class MqttClientProtocol(ClientLink):
         return not self._paused_writing and self._out_size < self._write_limit
 
     def flush(self) -> None:
-        first = self._first
-        if first is not None and not self._transport_closing():  # (no transport: "closing")
-            self._stats.bytes_sent += self._out_size
-            self._out_size = 0
-            self._first = None
-            out = self._out
-            if out:
-                data = b"".join(out)
-                out.clear()  # (the list is kept: the transport holds the bytes, not the list)
-            else:
-                data = first
+        data = self._first
+        if data is None or not self._transport_open:  # (kept until the transport is up)
+            return
+        self._first = None
+        self._stats.bytes_sent += self._out_size
+        self._out_size = 0
+        out = self._out
+        if out:  # several packets: joined once (the list is kept, the transport holds bytes)
+            out.insert(0, data)
+            data = b"".join(out)
+            out.clear()
+        try:
             self._transport_write(data)
+        except RuntimeError:  # uvloop's, once it closed the transport on an error
+            if not self._transport_closing():
+                raise
 
     def _drop_output(self) -> None:
         self._first = None
@@ -496,6 +499,7 @@ class MqttClientProtocol(ClientLink):
 
     def abort(self) -> None:
         self._closing = True
+        self._transport_open = False
         self._drop_output()
         if self._transport is not None:
             self._transport.abort()

@@ -88,3 +88,62 @@ def test_a_link_and_a_client_writing_in_one_turn_schedule_one_callback() -> None
     loop.turn()
     assert log == ["publisher"]
     assert transport.written == [b"frame-1", b"frame-2"]  # one writelines for the turn
+
+
+class _Busy(_Client):
+    """Written at this loop time already: its output waits for the turn's flush."""
+
+    __slots__ = ()
+
+    def flush_read(self, now: float) -> bool:
+        return False
+
+
+def test_every_client_a_read_marks_is_written_at_its_end() -> None:
+    """The first two in slots, the others in the list: all written, none scheduled."""
+    loop = _Loop()
+    turn = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
+    log: list[str] = []
+    for _ in range(2):
+        assert turn.begin_read()
+        for name in ("a", "b", "c", "d"):
+            turn.mark(_Client(log, name))
+        turn.end_read(1.0)
+        assert sorted(log) == ["a", "b", "c", "d"]
+        assert loop.soon == []
+        log.clear()
+
+
+def test_clients_written_at_this_time_already_wait_for_the_turn_s_flush() -> None:
+    loop = _Loop()
+    turn = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
+    log: list[str] = []
+    assert turn.begin_read()
+    turn.mark(_Busy(log, "first"))
+    turn.mark(_Client(log, "second"))
+    turn.mark(_Busy(log, "third"))
+    turn.end_read(1.0)
+    assert log == ["second"]
+    assert len(loop.soon) == 1
+    loop.turn()
+    assert sorted(log) == ["first", "second", "third"]
+    assert loop.soon == []
+
+
+def test_a_flush_scheduled_during_a_read_writes_its_clients() -> None:
+    """A node link's frames scheduled the turn's flush in the read: the clients the read marked
+    (before it and after) are written by that flush, not at the read's end."""
+    loop = _Loop()
+    turn = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
+    log: list[str] = []
+    assert turn.begin_read()
+    turn.mark(_Client(log, "a"))
+    turn.mark(_Client(log, "b"))
+    turn.add(lambda: log.append("link"))
+    turn.mark(_Client(log, "c"))
+    turn.end_read(1.0)
+    assert log == []
+    assert len(loop.soon) == 1
+    loop.turn()
+    assert sorted(log) == ["a", "b", "c", "link"]
+    assert loop.soon == []
