@@ -87,6 +87,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.client_link",
     "xmq.core.turn_flush",
     "xmq.codec.byte_values",
+    "xmq.core.node_identity",
 )
 """The compiled modules (docs/architecture.md, "Compiled hot modules", says why these)."""
 

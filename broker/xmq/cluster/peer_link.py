@@ -31,7 +31,10 @@ take the buffer past ``WRITE_HIGH`` make it congested at once (``send``); if the
 then fits under the mark after all, the transport has paused nothing and the publishers are
 resumed after it. The frames that a read of the link itself causes on it (its PUBLISH_ACK;
 after HELLO, RESUME and the route snapshot) are written at the end of that read instead,
-without a scheduled callback: one write per read.
+without a scheduled callback: one write per read. Frames that a client's read causes (a
+forwarded PUBLISH) are written at the end of that read, at most once a loop millisecond
+(``TurnFlush.end_read``); and a read of the link is a read of the per-turn flush too: the local
+subscribers its frames deliver to are written at its end.
 """
 
 from __future__ import annotations
@@ -199,9 +202,21 @@ class PeerLink(asyncio.Protocol):
             self._held.append(data)
             return
         self.last_heard = now
-        self._handle_read(data)
+        self._handle_read(data, now)
 
-    def _handle_read(self, data: bytes | None) -> None:
+    def _handle_read(self, data: bytes | None, now: float) -> None:
+        """``_read`` within a read callback of the process's per-turn flush: the clients it
+        writes to (its PUBLISH frames' local deliveries) are written at its end, as at the end
+        of a client's read, not by a callback scheduled for the turn (``core.turn_flush``)."""
+        turn = self._turn
+        outer = turn.begin_read()
+        try:
+            self._read(data)
+        finally:
+            if outer:
+                turn.end_read(now)
+
+    def _read(self, data: bytes | None) -> None:
         """Decode ``data`` and handle its frames (None: the frames that waited behind a
         fan-out); their confirmation starts once they are handled."""
         self._reading = True
@@ -305,8 +320,8 @@ class PeerLink(asyncio.Protocol):
         if self.closed:
             self._behind = None
             return
-        self.last_heard = self.hub.broker.now()  # silence is counted from here again
-        self._handle_read(None)
+        self.last_heard = now = self.hub.broker.now()  # silence is counted from here again
+        self._handle_read(None, now)
         if self._behind is None and self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
@@ -372,7 +387,7 @@ class PeerLink(asyncio.Protocol):
         self._out_room -= len(data)
         if self._out_room < 0 and self._paused_publishers is None:
             self._paused_publishers = set()  # congested before the turn's write (``_flush``)
-        if not self._scheduled and not self._reading:  # (a read's: at its end, ``_handle_read``)
+        if not self._scheduled and not self._reading:  # (a read's: at its end, ``_read``)
             self._scheduled = True
             self._turn.add(self._flush_now)
 

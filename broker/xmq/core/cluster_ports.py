@@ -13,36 +13,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-# the port names it; compiled with its readers (core.durable_context)
+# the port names them; compiled with their readers (core.durable_context, core.node_identity)
 from xmq.core.durable_context import NO_DURABLE_CONTEXT as NO_DURABLE_CONTEXT
 from xmq.core.durable_context import DurableContext as DurableContext
+from xmq.core.node_identity import NodeIdentity as NodeIdentity
 
 if TYPE_CHECKING:
     from xmq.core.message import Message
     from xmq.core.session import Delivery, Session, Subscription
-
-
-class NodeIdentity:
-    """This node's id, its run epoch and whether it holds a valid lease (set by membership)."""
-
-    __slots__ = ("connect_wait_s", "epoch", "lease_ttl_s", "node_id", "online", "rejoining")
-
-    def __init__(
-        self,
-        node_id: str,
-        epoch: int = 0,
-        online: bool = False,
-        lease_ttl_s: float = 10.0,
-        connect_wait_s: float = 5.0,
-    ) -> None:
-        self.node_id = node_id
-        self.epoch = epoch
-        self.online = online
-        self.lease_ttl_s = lease_ttl_s
-        self.connect_wait_s = connect_wait_s  # a CONNECT waits this long for an unreachable owner
-        # Back online under a new epoch, its previous run's sessions not yet loaded as orphans:
-        # a CONNECT now would let a publish find no route for them (0x10), so it gets 0x88.
-        self.rejoining = False
 
 
 class ClusterUnavailableError(Exception):

@@ -26,6 +26,15 @@ are kept in two slots, not in the list: a list appended to twice and cleared at 
 end cost ~400 instructions a point-to-point message (CPython frees a cleared list's items and
 grows them again at the next append); a third and later ones go to the list.
 
+A node link's read callback (``cluster.peer_link``: the PUBLISH frames of another node, whose
+local deliveries are written at its end) is such a read too. A node link's frames made within a
+read (``add``: a local publisher's message forwarded) are written at its end as well, unless a
+read's end wrote the links' frames at the same loop time already (then they wait for the turn's
+flush, like a client's output): a forwarded message goes out with its publisher's read, not a
+scheduled callback later (its ``call_soon`` and its run cost ~3,000 instructions, on each node of
+a cross-node message at low rates), and the links still get one write a millisecond at most from
+the reads of a busy turn.
+
 A connection is marked once per flush (it keeps its own "has output" state); what a flush
 writes or causes on another connection in the same callback is written next turn (the lists
 are taken before the scheduled flush runs, and a mark meanwhile arms the next callback).
@@ -47,6 +56,7 @@ class TurnFlush:
         "_call_soon",
         "_clients",
         "_links",
+        "_links_ms",
         "_read_first",
         "_read_second",
         "_reading",
@@ -62,6 +72,8 @@ class TurnFlush:
         # ``_clients``)
         self._read_first: ClientLink | None = None
         self._read_second: ClientLink | None = None
+        # the loop time (whole milliseconds) at which a read's end last wrote the links' frames
+        self._links_ms = -1
         # bound once (None: the running loop's, at the first mark): compiled,
         # ``loop.call_soon(self._flush)`` looked the method up and made a bound ``_flush``
         # each time it armed (once a loop turn with output)
@@ -93,39 +105,54 @@ class TurnFlush:
 
     def end_read(self, now: float) -> None:
         """The read callback begun by ``begin_read`` ends (``now``: the loop's time): write its
-        clients' output now, each not written at this loop time yet; the others go to the
+        clients' output now, each not written at this loop time yet, and the node links' frames
+        it made, unless a read's end wrote links at this loop time already; the others go to the
         turn's flush. When that flush is scheduled already, everything waits for it."""
         self._reading = False
         first = self._read_first
-        if first is None:  # nothing marked in this read (a third mark fills the slots first)
-            return
         second = self._read_second
-        self._read_first = None
-        self._read_second = None
+        if first is not None:
+            self._read_first = None
+            self._read_second = None
         clients = self._clients
-        if self._armed:  # scheduled during the read (a node link's frames): it writes them
-            clients.append(first)
-            if second is not None:
-                clients.append(second)
+        if self._armed:  # the turn's flush is scheduled already: it writes everything
+            if first is not None:
+                clients.append(first)
+                if second is not None:
+                    clients.append(second)
             return
-        if clients:  # a third and later clients
-            kept = 0
-            for link in clients:
-                if not link.flush_read(now):
-                    clients[kept] = link
-                    kept += 1
-            del clients[kept:]
-        if not first.flush_read(now):
-            clients.append(first)
-        if second is not None and not second.flush_read(now):
-            clients.append(second)
-        if clients and not self._armed:
+        later = False
+        if first is not None:  # (the slots fill before the list)
+            if clients:  # a third and later clients
+                kept = 0
+                for link in clients:
+                    if not link.flush_read(now):
+                        clients[kept] = link
+                        kept += 1
+                del clients[kept:]
+            if not first.flush_read(now):
+                clients.append(first)
+            if second is not None and not second.flush_read(now):
+                clients.append(second)
+            later = len(clients) != 0
+        links = self._links
+        if links:
+            millisecond = int(now * 1000.0 + 0.5)  # (as ``flush_read``: libuv's clock)
+            if millisecond == self._links_ms:
+                later = True
+            else:
+                self._links_ms = millisecond
+                self._links = []
+                for flush in links:
+                    flush()
+        if later and not self._armed:
             self._arm()
 
     def add(self, flush: Callable[[], None]) -> None:
-        """Call ``flush`` at the end of this turn (a node link's, once per turn)."""
+        """Call ``flush`` at the end of this turn (a node link's, once per turn), or at the end
+        of the read callback running now (``end_read``)."""
         self._links.append(flush)
-        if not self._armed:
+        if not self._armed and not self._reading:
             self._arm()
 
     def _arm(self) -> None:

@@ -1,5 +1,6 @@
 """The process's one per-turn flush: the clients' output and the node links' frames are written
-by one scheduled callback a loop turn, not one for the clients and another per link."""
+by one scheduled callback a loop turn, not one for the clients and another per link; what a
+read callback (a client's, a node link's) makes is written at its end."""
 
 from __future__ import annotations
 
@@ -9,6 +10,12 @@ from typing import cast
 
 from tests.support.sink_link import SinkLink
 from tests.unit.cluster.test_held_forwarding import Transport, _hub, _linked, _message
+from xmq.cluster import link_frames as frames
+from xmq.codec.packets import Connect
+from xmq.contract.message_record import encode_record
+from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
+from xmq.core.connection import ClientConnection
+from xmq.core.session import Subscription
 from xmq.core.turn_flush import TurnFlush
 
 
@@ -130,12 +137,14 @@ def test_clients_written_at_this_time_already_wait_for_the_turn_s_flush() -> Non
     assert loop.soon == []
 
 
-def test_a_flush_scheduled_during_a_read_writes_its_clients() -> None:
-    """A node link's frames scheduled the turn's flush in the read: the clients the read marked
-    (before it and after) are written by that flush, not at the read's end."""
+def test_a_flush_scheduled_before_a_read_writes_what_the_read_marks() -> None:
+    """The turn's flush is scheduled already (a client marked outside a read): the clients a
+    read then marks and the link frames it makes are written by that flush, not at its end."""
     loop = _Loop()
     turn = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
     log: list[str] = []
+    turn.mark(_Client(log, "before"))
+    assert len(loop.soon) == 1
     assert turn.begin_read()
     turn.mark(_Client(log, "a"))
     turn.mark(_Client(log, "b"))
@@ -145,5 +154,102 @@ def test_a_flush_scheduled_during_a_read_writes_its_clients() -> None:
     assert log == []
     assert len(loop.soon) == 1
     loop.turn()
-    assert sorted(log) == ["a", "b", "c", "link"]
+    assert sorted(log) == ["a", "b", "before", "c", "link"]
     assert loop.soon == []
+
+
+def test_a_reads_clients_and_link_frames_are_written_at_its_end() -> None:
+    """Clients in the slots and in the list, and a node link's frames: all at the read's end."""
+    loop = _Loop()
+    turn = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
+    log: list[str] = []
+    assert turn.begin_read()
+    turn.mark(_Client(log, "a"))
+    turn.mark(_Client(log, "b"))
+    turn.add(lambda: log.append("link"))
+    turn.mark(_Client(log, "c"))
+    turn.end_read(1.0)
+    assert sorted(log) == ["a", "b", "c", "link"]
+    assert log[-1] == "link"  # the clients first
+    assert loop.soon == []
+
+
+def test_a_links_frames_made_in_a_read_are_written_at_its_end() -> None:
+    """A local publisher's message forwarded within its read goes out at the read's end, with
+    its PUBACK, not by a callback scheduled for the turn; a later read's frames at the same
+    loop time (millisecond) wait for the turn's flush, coalesced with the rest of the turn's."""
+    loop = _Loop()
+    hub, _ = _hub()
+    turn = hub.broker.turn_flush = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
+    link = _linked(hub, "node-2", 5)
+    transport = Transport()
+    link.transport = transport  # type: ignore[assignment]
+    loop.turn()  # (what linking it wrote)
+    transport.written.clear()
+    log: list[str] = []
+    assert turn.begin_read()
+    link.send_publish(b"frame-1", _message(b"1"), False)
+    turn.mark(_Client(log, "publisher"))  # its PUBACK
+    assert transport.written == []
+    turn.end_read(1.0)
+    assert (log, transport.written, loop.soon) == (["publisher"], [b"frame-1"], [])
+    assert turn.begin_read()  # another read in the same millisecond
+    link.send_publish(b"frame-2", _message(b"2"), False)
+    link.send_publish(b"frame-3", _message(b"3"), False)
+    turn.end_read(1.0002)
+    assert transport.written == [b"frame-1"]  # waits for the turn's flush
+    assert len(loop.soon) == 1
+    loop.turn()
+    assert transport.written == [b"frame-1", b"frame-2", b"frame-3"]
+    assert turn.begin_read()  # a read at a later millisecond: written at its end again
+    link.send_publish(b"frame-4", _message(b"4"), False)
+    turn.end_read(1.002)
+    assert (transport.written[-1], loop.soon) == (b"frame-4", [])
+
+
+class _MarkingClient(SinkLink):
+    """A client link that, as the socket adapter does, marks the turn's flush on its first write
+    since its last flush, and counts its flushes."""
+
+    __slots__ = ("flushes", "marked", "turn")
+
+    def __init__(self, turn: TurnFlush) -> None:
+        super().__init__()
+        self.turn = turn
+        self.marked = False
+        self.flushes = 0
+
+    def write_publish(self, head: bytes, packet_id: int, tail: bytes) -> None:
+        super().write_publish(head, packet_id, tail)
+        if not self.marked:
+            self.marked = True
+            self.turn.mark(self)
+
+    def flush(self) -> None:
+        self.marked = False
+        self.flushes += 1
+
+
+async def test_a_link_read_writes_its_local_deliveries_at_its_end() -> None:
+    """A PUBLISH frame from another node delivered to a local subscriber: the subscriber is
+    written at the end of the link's read, as at the end of a client's read (no callback)."""
+    loop = _Loop()
+    hub, _ = _hub()
+    broker = hub.broker
+    turn = broker.turn_flush = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
+    client = _MarkingClient(turn)
+    conn = ClientConnection(broker, client, AnonymousAuthenticator(), AllowAll())
+    conn.handle(Connect(client_id="sub"))
+    for _ in range(5):
+        await asyncio.sleep(0)
+    client.packets()  # (the CONNACK)
+    session = broker.sessions["sub"]
+    broker.subscribe(session, Subscription(session, "t", 1))
+    link = _linked(hub, "node-2", 5)
+    link.transport = Transport()  # type: ignore[assignment]
+    loop.turn()  # (what linking it wrote)
+    record = encode_record("node-2/5/f1", "t", b"hello", 1, False, None, "pub", 1, False)
+    link.data_received(frames.publish(record, False))
+    assert bytes(client.out).endswith(b"hello")  # delivered
+    assert client.flushes == 1  # and written at the read's end
+    assert loop.soon == []  # with no callback scheduled for it
