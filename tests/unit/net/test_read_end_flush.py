@@ -150,18 +150,3 @@ def test_a_flush_of_several_packets_keeps_their_order_and_the_next_flush_starts_
     [[alone]] = sub_out.packets()
     assert cast(Publish, alone).payload == b"m5"
     assert pub_out.packets() == [[Puback(1)], [Puback(2), Puback(3), Puback(4)], [Puback(5)]]
-
-
-def test_output_for_a_closing_transport_waits_and_is_dropped_when_the_connection_is_lost() -> None:
-    node = _Node()
-    sub, sub_out = _subscribed(node)
-    pub, _ = node.client("pub")
-    sub_out.closing = True  # (closed under the protocol: its connection_lost comes later)
-    pub.data_received(_publish(1))
-    pub.data_received(_publish(2))
-    node.loop.run_turn()
-    assert sub_out.writes == []  # kept, not written to a closing transport
-    sub.connection_lost(None)
-    sub_out.closing = False
-    sub.flush()
-    assert sub_out.writes == []  # dropped with the connection
