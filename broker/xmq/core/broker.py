@@ -338,8 +338,11 @@ class Broker(AuthEvents):
 
     # -- subscriptions ----------------------------------------------------------------------
 
-    def subscribe(self, session: Session, sub: Subscription) -> bool:
-        """Add or replace a subscription; True when it is new (for Retain Handling 1)."""
+    def subscribe(
+        self, session: Session, sub: Subscription, hold: DurableHold | None = None
+    ) -> bool:
+        """Add or replace a subscription; True when it is new (for Retain Handling 1).
+        ``hold`` (a SUBACK): held until the subscription's durable record is written."""
         key = (
             sub.topic_filter
             if sub.share_group is None
@@ -348,7 +351,7 @@ class Broker(AuthEvents):
         previous = session.subscriptions.get(key)
         session.subscriptions[key] = sub
         if session.store is not None:
-            session.store.subscribed(session, key, sub)
+            session.store.subscribed(session, key, sub, hold)
         if self.cluster is not None:
             if previous is not None:
                 self.cluster.subscription_changed(session, previous, False)

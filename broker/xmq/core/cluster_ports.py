@@ -204,8 +204,15 @@ class DurableStore(Protocol):
         ``generation``: a released id's release count before this release
         (``core.inbound_ids``; ``None``: the session has no inbound message ids)."""
 
-    def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
-        """A subscription was added or replaced (``sub``) or removed (``None``)."""
+    def subscribed(
+        self,
+        session: Session,
+        key: str,
+        sub: Subscription | None,
+        hold: DurableHold | None = None,
+    ) -> None:
+        """A subscription was added or replaced (``sub``) or removed (``None``); ``hold`` (the
+        SUBACK waiting for it), when set, is held until the record is written."""
 
     def disconnected(self, session: Session) -> None:
         """The session's client went away (the session lives on)."""

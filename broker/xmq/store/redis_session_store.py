@@ -456,7 +456,13 @@ class RedisSessionStore:
         )
         self.batcher.script(script, keys, args, callback=callback)
 
-    def subscribed(self, session: Session, key: str, sub: Subscription | None) -> None:
+    def subscribed(
+        self,
+        session: Session,
+        key: str,
+        sub: Subscription | None,
+        hold: DurableHold | None = None,
+    ) -> None:
         subs_key = self.keys.session_subscriptions(session.client_id)
         if sub is None:
             self.batcher.command("HDEL", subs_key, key)
@@ -471,7 +477,11 @@ class RedisSessionStore:
             sub.identifier,
             sub.share_group,
         )
-        self.batcher.command("HSET", subs_key, key, subscription_json(spec))
+        if hold is None:
+            self.batcher.command("HSET", subs_key, key, subscription_json(spec))
+            return
+        hold.hold()
+        self.batcher.command("HSET", subs_key, key, subscription_json(spec), callback=_settle(hold))
 
     def disconnected(self, session: Session) -> None:
         client_id = session.client_id
