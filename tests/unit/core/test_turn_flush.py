@@ -11,6 +11,8 @@ from typing import cast
 from tests.support.sink_link import SinkLink
 from tests.unit.cluster.test_held_forwarding import Transport, _hub, _linked, _message
 from xmq.cluster import link_frames as frames
+from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.peer_link import PeerLink
 from xmq.codec.packets import Connect
 from xmq.contract.message_record import encode_record
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
@@ -77,15 +79,22 @@ def test_a_mark_while_flushing_is_flushed_next_turn() -> None:
     assert log == ["link", "late"]
 
 
-def test_a_link_and_a_client_writing_in_one_turn_schedule_one_callback() -> None:
-    loop = _Loop()
+def _hub_with_a_link(loop: _Loop) -> tuple[ClusterHub, PeerLink, Transport]:
+    """A hub whose broker flushes through ``loop``, linked to node-2 (what linking wrote
+    taken)."""
     hub, _ = _hub()
     hub.broker.turn_flush = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
     link = _linked(hub, "node-2", 5)
     transport = Transport()
     link.transport = transport  # type: ignore[assignment]
-    loop.turn()  # (what linking it wrote)
+    loop.turn()
     transport.written.clear()
+    return hub, link, transport
+
+
+def test_a_link_and_a_client_writing_in_one_turn_schedule_one_callback() -> None:
+    loop = _Loop()
+    hub, link, transport = _hub_with_a_link(loop)
     log: list[str] = []
     link.send_publish(b"frame-1", _message(b"1"), False)
     hub.broker.turn_flush.mark(_Client(log, "publisher"))  # its PUBACK, this turn
@@ -137,6 +146,16 @@ def test_clients_written_at_this_time_already_wait_for_the_turn_s_flush() -> Non
     assert loop.soon == []
 
 
+def _read_marking_three_and_a_link(turn: TurnFlush, log: list[str]) -> None:
+    """A read marking clients ``a`` and ``b`` (the slots), a node link, and ``c`` (the list)."""
+    assert turn.begin_read()
+    turn.mark(_Client(log, "a"))
+    turn.mark(_Client(log, "b"))
+    turn.add(lambda: log.append("link"))
+    turn.mark(_Client(log, "c"))
+    turn.end_read(1.0)
+
+
 def test_a_flush_scheduled_before_a_read_writes_what_the_read_marks() -> None:
     """The turn's flush is scheduled already (a client marked outside a read): the clients a
     read then marks and the link frames it makes are written by that flush, not at its end."""
@@ -145,12 +164,7 @@ def test_a_flush_scheduled_before_a_read_writes_what_the_read_marks() -> None:
     log: list[str] = []
     turn.mark(_Client(log, "before"))
     assert len(loop.soon) == 1
-    assert turn.begin_read()
-    turn.mark(_Client(log, "a"))
-    turn.mark(_Client(log, "b"))
-    turn.add(lambda: log.append("link"))
-    turn.mark(_Client(log, "c"))
-    turn.end_read(1.0)
+    _read_marking_three_and_a_link(turn, log)
     assert log == []
     assert len(loop.soon) == 1
     loop.turn()
@@ -163,12 +177,7 @@ def test_a_reads_clients_and_link_frames_are_written_at_its_end() -> None:
     loop = _Loop()
     turn = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
     log: list[str] = []
-    assert turn.begin_read()
-    turn.mark(_Client(log, "a"))
-    turn.mark(_Client(log, "b"))
-    turn.add(lambda: log.append("link"))
-    turn.mark(_Client(log, "c"))
-    turn.end_read(1.0)
+    _read_marking_three_and_a_link(turn, log)
     assert sorted(log) == ["a", "b", "c", "link"]
     assert log[-1] == "link"  # the clients first
     assert loop.soon == []
@@ -179,13 +188,8 @@ def test_a_links_frames_made_in_a_read_are_written_at_its_end() -> None:
     its PUBACK, not by a callback scheduled for the turn; a later read's frames at the same
     loop time (millisecond) wait for the turn's flush, coalesced with the rest of the turn's."""
     loop = _Loop()
-    hub, _ = _hub()
-    turn = hub.broker.turn_flush = TurnFlush(cast(asyncio.AbstractEventLoop, loop))
-    link = _linked(hub, "node-2", 5)
-    transport = Transport()
-    link.transport = transport  # type: ignore[assignment]
-    loop.turn()  # (what linking it wrote)
-    transport.written.clear()
+    hub, link, transport = _hub_with_a_link(loop)
+    turn = hub.broker.turn_flush
     log: list[str] = []
     assert turn.begin_read()
     link.send_publish(b"frame-1", _message(b"1"), False)

@@ -27,13 +27,19 @@ from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol
 
 
 class _Transport:
-    """Keeps each ``write`` call's bytes apart: the test counts system calls."""
+    """Keeps each ``write`` call's bytes apart: the test counts system calls. ``closing`` is
+    what ``is_closing`` says (``asked_closing``: how often it was asked); ``refuse`` makes a
+    write raise as uvloop's does on a transport whose handle is closed."""
 
     def __init__(self) -> None:
         self.writes: list[bytes] = []
         self.closing = False
+        self.refuse = False
+        self.asked_closing = 0
 
     def write(self, data: bytes) -> None:
+        if self.refuse:
+            raise RuntimeError("unable to perform operation on <TCPTransport closed=True>")
         self.writes.append(bytes(data))
 
     def pause_reading(self) -> None:
@@ -43,6 +49,7 @@ class _Transport:
         pass
 
     def is_closing(self) -> bool:
+        self.asked_closing += 1
         return self.closing
 
     def get_extra_info(self, name: str) -> object:
@@ -73,6 +80,12 @@ class _Node:
         self.loop.advance(0.001)  # (the CONNACK was written at the read's end, at that time)
         return protocol, transport
 
+    def turn(self) -> None:
+        """Run this turn's callbacks; the next read is a millisecond later (it writes at its
+        end again)."""
+        self.loop.run_turn()
+        self.loop.advance(0.001)
+
     def soon(self) -> int:
         """Callbacks scheduled for this turn (``call_soon``), not timers."""
         return sum(1 for h in self.loop.handles if h.when <= self.loop.now and not h.cancelled)
@@ -85,9 +98,8 @@ def _publish(packet_id: int) -> bytes:
 def _subscribed(node: _Node) -> tuple[MqttClientProtocol, _Transport]:
     sub, sub_out = node.client("sub")
     sub.data_received(encode(Subscribe(1, [SubscriptionRequest("t/1", qos=1)]), MQTT_5))
-    node.loop.run_turn()
+    node.turn()
     sub_out.writes.clear()  # the SUBACK
-    node.loop.advance(0.001)
     return sub, sub_out
 
 
