@@ -38,9 +38,10 @@ from xmq.core.lease_fence import LeaseFence
 from xmq.core.memory_cost import retained_cost
 from xmq.core.message import Message
 from xmq.core.routed_inbound_ids import RoutedInboundIds, is_inbound_message_id
-from xmq.core.session import Delivery, Session, Subscription, deliver_planned
+from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.settings import CoreSettings
 from xmq.core.stats import BrokerStats
+from xmq.core.subscription import deliver_planned
 from xmq.core.turn_flush import TurnFlush
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES, ConnectTerms, ServerLimits
 from xmq.routing.filter_trie import MatchCache

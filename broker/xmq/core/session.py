@@ -1,6 +1,7 @@
 """Sessions and outbound delivery: in-flight windows, bounded queues, QoS 1/2 state.
 
-A ``Session`` outlives its connections. Outbound QoS 1/2 messages are ``Delivery`` records:
+A ``Session`` outlives its connections (its queue and the bytes it holds against the limits:
+``core.session_queue``). Outbound QoS 1/2 messages are ``Delivery`` records:
 queued until the client's in-flight window (its Receive Maximum) has room, then in flight
 under a packet id until acknowledged. QoS 0 goes straight to the connection or is dropped.
 While queued, a plain one (or one with a durable record) is not an object at all but two
@@ -18,17 +19,13 @@ from xmq.codec.packets import PacketType, Will
 from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
 from xmq.core.delivery_queue import NOTHING_QUEUED as NOTHING_QUEUED
 from xmq.core.delivery_queue import Delivery as Delivery
-from xmq.core.delivery_queue import DeliveryQueue, queued_cost
-from xmq.core.memory_cost import (
-    DELIVERY_COST,
-    MESSAGE_COST,
-    WORDS_DELIVERY_COST,
-    hold,
-    release,
-    would_hold,
-)
+from xmq.core.delivery_queue import DeliveryQueue
+from xmq.core.memory_cost import DELIVERY_COST
 from xmq.core.message import Message
 from xmq.core.owed_writes import hold_for, owe, write, write_due, write_new
+from xmq.core.session_queue import QueueLimits as QueueLimits
+from xmq.core.session_queue import SessionQueue
+from xmq.core.subscription import Subscription as Subscription
 from xmq.protocol.outbound_qos import (
     COMPLETE,
     NOTHING,
@@ -88,57 +85,9 @@ InboundIds = set[int] | _NoInboundIds
 NO_INBOUND_IDS: _NoInboundIds = _NoInboundIds()
 
 
-class Subscription:
-    """One subscription of one session (the value stored in the routing trees)."""
-
-    __slots__ = (
-        "identifier",
-        "no_local",
-        "qos",
-        "retain_as_published",
-        "retain_handling",
-        "session",
-        "share_group",
-        "topic_filter",
-    )
-
-    def __init__(
-        self,
-        session: Session,
-        topic_filter: str,
-        qos: int,
-        no_local: bool = False,
-        retain_as_published: bool = False,
-        retain_handling: int = 0,
-        identifier: int | None = None,
-        share_group: str | None = None,
-    ) -> None:
-        self.session = session
-        self.topic_filter = topic_filter
-        self.qos = qos
-        self.no_local = no_local
-        self.retain_as_published = retain_as_published
-        self.retain_handling = retain_handling
-        self.identifier = identifier
-        self.share_group = share_group
-
-
-class QueueLimits:
-    """Per-session and broker-wide bounds on queued messages."""
-
-    __slots__ = ("budget_bytes", "max_inflight", "max_messages", "max_session_bytes")
-
-    def __init__(
-        self, max_messages: int, max_session_bytes: int, budget_bytes: int, max_inflight: int
-    ) -> None:
-        self.max_messages = max_messages
-        self.max_session_bytes = max_session_bytes
-        self.budget_bytes = budget_bytes
-        self.max_inflight = max_inflight
-
-
-class Session:
-    """State of one client id: subscriptions, outbound deliveries, inbound QoS 2 ids."""
+class Session(SessionQueue):
+    """State of one client id: subscriptions, outbound deliveries, inbound QoS 2 ids (its queue
+    and the bytes it holds: ``SessionQueue``, the base class)."""
 
     __slots__ = (
         "client_id",
@@ -148,13 +97,9 @@ class Session:
         "inbound_ids",
         "inbound_qos2",
         "inflight",
-        "limits",
         "owed",
         "owner",
         "packet_ids",
-        "queue",
-        "queued_bytes",
-        "stats",
         "store",
         "subscriptions",
         "wheel_slot",
@@ -164,12 +109,11 @@ class Session:
     def __init__(
         self, client_id: str, limits: QueueLimits, stats: BrokerStats, expiry_s: int = 0
     ) -> None:
+        super().__init__(limits, stats)
         self.client_id = client_id
         self.connection: SessionClient | None = None
         self.subscriptions: dict[str, Subscription] = {}
         self.inflight: dict[int, Delivery] = {}
-        self.queue: DeliveryQueue = NOTHING_QUEUED  # allocated on first use
-        self.queued_bytes = 0
         self.inbound_qos2: InboundIds = NO_INBOUND_IDS  # allocated on first use
         # a persistent session in a cluster: its inbound QoS 2 message ids (core.inbound_ids)
         self.inbound_ids: InboundMessageIds | None = None
@@ -180,8 +124,6 @@ class Session:
         # parked with a delayed will pending (filed in ``Broker.expiries`` at the will's
         # time): the loop time it expires at (0.0: never, or no delayed will pending)
         self.expires_at = 0.0
-        self.limits = limits
-        self.stats = stats
         self.store: DurableStore | None = None  # set for persistent sessions in a cluster
         self.owed: deque[Delivery] | None = None  # writes waiting for the store (owed_writes)
         self.owner = ""  # the identity it belongs to (core.session_access; '': not recorded)
@@ -262,77 +204,6 @@ class Session:
         if conn is not None and self._goes_out_now(conn):
             return True
         return self._room_for(message, DELIVERY_COST)  # (its record's cost: when queued)
-
-    def _room_for(self, message: Message, cost: int) -> bool:
-        """Room for an entry costing ``cost`` in this session's queue and in the node's
-        budget (else the drop is counted)."""
-        limits = self.limits
-        stats = self.stats
-        size = message.size
-        if (
-            self.queue.length >= limits.max_messages
-            or self.queued_bytes + cost + size > limits.max_session_bytes
-        ):
-            stats.drop_for_quota("queue_full")
-            return False
-        # the exact budget cost only near the budget (``would_hold`` is the slower one): a
-        # message already queued elsewhere costs less than this upper bound
-        if stats.queued_bytes + cost + MESSAGE_COST + 2 * size > limits.budget_bytes and (
-            stats.queued_bytes + would_hold(message, cost) > limits.budget_bytes
-        ):
-            stats.drop_for_quota("memory_budget")
-            return False
-        return True
-
-    def _enqueue(self, delivery: Delivery) -> bool:
-        if not self._room_for(delivery.message, queued_cost(delivery)):
-            return False
-        self.queue_restored(delivery)
-        return True
-
-    def _enqueue_words(
-        self, message: Message, qos: int, retain: bool, subscription_ids: tuple[int, ...]
-    ) -> bool:
-        """``_enqueue`` of a delivery the queue holds as words, without making it one."""
-        if not self._room_for(message, WORDS_DELIVERY_COST):
-            return False
-        queue = self.queue
-        if queue is NOTHING_QUEUED:
-            queue = self.queue = DeliveryQueue()
-        queue.append_words(message, qos, retain, subscription_ids)
-        self.queued_bytes += WORDS_DELIVERY_COST + message.size
-        self.stats.queued_bytes += hold(message, WORDS_DELIVERY_COST)
-        return True
-
-    def queue_restored(self, delivery: Delivery) -> None:
-        """Queue a delivery restored from storage (no limit: it was accepted before)."""
-        self.queue_for_append().append(delivery)
-        message = delivery.message
-        cost = queued_cost(delivery)
-        self.queued_bytes += cost + message.size
-        self.stats.queued_bytes += hold(message, cost)
-
-    def unqueued(self, delivery: Delivery) -> None:
-        """A delivery left the queue (sent, expired, moved or dropped): release its bytes
-        (before anything of it changes: its cost depends on how the queue held it)."""
-        message = delivery.message
-        cost = queued_cost(delivery)
-        self.queued_bytes -= cost + message.size
-        self.stats.queued_bytes -= release(message, cost)
-
-    def clear_queue(self) -> None:
-        """Forget every queued delivery, releasing its bytes."""
-        queue = self.queue
-        for delivery in queue:
-            self.unqueued(delivery)
-        queue.clear()
-
-    def queue_for_append(self) -> DeliveryQueue:
-        """The session's own queue (allocated now if it still shares the empty one)."""
-        queue = self.queue
-        if queue is NOTHING_QUEUED:
-            queue = self.queue = DeliveryQueue()
-        return queue
 
     def inbound_for_update(self) -> set[int]:
         """The session's own inbound QoS 2 ids (allocated now if still the shared empty)."""
@@ -517,31 +388,6 @@ class Session:
         self.clear_queue()
         self.inflight.clear()
         self.owed = None
-
-
-def deliver_planned(
-    plan: list[tuple[Session, Subscription, tuple[int, ...]]],
-    message: Message,
-    now: float,
-    context: DurableContext,
-) -> int:
-    """Deliver ``message`` to every (session, subscription, identifiers) of a routing plan
-    routed in one turn (``Broker._route_local``); the deliveries made. Here, compiled with
-    ``Session``, each ``deliver`` and the subscription's fields are C calls and reads; from
-    the interpreted broker each was a call through the argument parser (seven arguments)."""
-    origin = message.origin
-    mqos = message.qos
-    retain = message.retain
-    count = 0
-    for session, sub, ids in plan:
-        if sub.no_local and session.client_id == origin:
-            continue
-        qos = sub.qos if sub.qos < mqos else mqos
-        if session.deliver(
-            message, qos, retain and sub.retain_as_published, ids, None, now, context
-        ):
-            count += 1
-    return count
 
 
 def _bound_to_member(delivery: Delivery) -> None:
