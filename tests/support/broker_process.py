@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+KEEP_LOGS_ENV = "XMQ_TEST_KEEP_LOGS"
 _LISTENING = re.compile(r"^xmq: listening (\S+) (\S+) (\S+):(\d+)$")
 
 
@@ -41,6 +43,7 @@ class BrokerProcess:
         full_env.setdefault("XMQ_METRICS__PORT", "0")
         full_env.update(env or {})
         self.log_path = Path(self._tmp.name) / "broker.log"
+        self._name = full_env.get("XMQ_NODE_ID", "broker")
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=self._log, env=full_env, text=True
@@ -101,4 +104,13 @@ class BrokerProcess:
             if self.proc.stdout is not None:
                 self.proc.stdout.close()
             self._log.close()
+            self._keep_log()
             self._tmp.cleanup()
+
+    def _keep_log(self) -> None:
+        """With ``XMQ_TEST_KEEP_LOGS=DIR`` the log is copied there (``<node id>-<pid>.log``)
+        before its temporary directory goes (``XMQ_LOG__LEVEL=INFO``: more than warnings)."""
+        keep = os.environ.get(KEEP_LOGS_ENV)
+        if keep and self.log_path.exists():
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(self.log_path, Path(keep) / f"{self._name}-{self.proc.pid}.log")

@@ -22,6 +22,7 @@ from xmq.cluster.link_tls import link_tls_contexts
 from xmq.cluster.membership import Membership
 from xmq.cluster.orphan_loader import load_orphans
 from xmq.cluster.peer_link import PeerLink
+from xmq.cluster.peer_routes import start_wait_s, wait_for_peer_routes
 from xmq.cluster.pending_owners import PendingOwners
 from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
@@ -241,7 +242,28 @@ class ClusterRuntime:
         self._peers_task = asyncio.get_running_loop().create_task(
             self._peer_loop(), name="cluster-peers"
         )
+        await self._wait_for_peer_routes()
         return self.address
+
+    async def _wait_for_peer_routes(self) -> None:
+        """Clients are accepted once every live peer's routes are known here, or after a
+        bounded wait (``cluster.peer_routes``)."""
+        membership = self.membership
+        assert membership is not None
+        wait_s = start_wait_s(self.config.cluster.lease_ttl_s)
+        missing = await wait_for_peer_routes(
+            self.hub.links,
+            lambda: membership.peers,
+            self.identity.node_id,
+            wait_s,
+            asyncio.get_running_loop().time,
+        )
+        if missing:
+            log.warning(
+                "no route snapshot from %s within %.1fs: accepting clients",
+                ", ".join(sorted(missing)),
+                wait_s,
+            )
 
     async def _link_peers(self) -> None:
         assert self.membership is not None

@@ -224,10 +224,13 @@ class ClusterHub:
         if resumed:
             self.recovery.resumed += 1
             log.warning("link to %s (epoch %d) re-established: resuming", node, epoch)
-            if link.snapshot_end:  # its snapshot replaces the routes kept from the old link
-                link.announced = AnnouncedRoutes()
         else:
             log.info("link up: %s (epoch %d)", node, epoch)
+        if link.snapshot_end:
+            # until its SNAPSHOT_END: a resumed link's snapshot replaces the routes kept from
+            # the old link; a new link's tells when this node knows the peer's routes
+            # (``cluster.peer_routes``: a starting node accepts clients after that)
+            link.announced = AnnouncedRoutes()
         self._send_snapshot(link)
         if link.snapshot_end:
             link.send(frames.SNAPSHOT_END_FRAME)
