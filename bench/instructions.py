@@ -2,8 +2,9 @@
 
 Every scenario runs the broker (each node of a cluster) under ``valgrind --tool=callgrind``,
 once with N deliveries and once with N/2 over the same time (at half the rate), and reports
-(I(N) - I(N/2)) / (N - N/2): fixed costs and what a broker does per second whatever it carries
-(timers, lease renewals: ~1.3 M instructions/s for an idle node) cancel out — the two windows
+(I(N) - I(N/2)) / (N - N/2): fixed costs cancel out, and what a broker does per second
+whatever it carries (timers, lease renewals: ~1.3 M instructions/s for an idle node) would if
+it ran at a fixed rate — the two windows
 are open for the same seconds (``Scenario.tail_s`` after the publishing ends, every node's
 switched on and dumped at once), not until each run's last delivery. Under callgrind the
 headline is the difference outside the event loop's timer callbacks (``NodesCallgrind``): the
@@ -11,8 +12,9 @@ periodic work is most of an idle node's and does not run at a fixed rate on a bu
 Then the same two runs with ``strace -c -f`` attached for the system calls. The load is the
 ``xmq bench`` client (one worker process, not traced); the tracers are switched on once every
 client is connected and subscribed (``xmq.bench.tracers``).
-Counts do not depend on what else the machine runs; a run under callgrind is ~50x slower, so
-the rates are low (each message mostly alone in its loop turn) and runs are short.
+The counts outside timers depend little on what else the machine runs (a run that falls
+late, flagged ``behind``, reads several messages at a time: cheaper per message); a run under
+callgrind is ~50x slower, so the rates are low and runs are short.
 
 Scenarios (QoS 1, MQTT 5, 16-byte payload):
   fanout     5 publishers on 5 topics, S subscribers on all; unit: a delivery
@@ -89,8 +91,8 @@ class NodesCallgrind(Callgrind):
 
     def __init__(self, out_dir: Path) -> None:
         super().__init__(out_dir)
-        self.timers = 0
-        """Instructions in timer callbacks in the last window (every node)."""
+        self.loop_parts = LoopParts()
+        """The last window's instructions by kind of event-loop callback (every node)."""
 
     def open(self, pids: Sequence[int]) -> None:
         _control_all(["-i", "on"], pids)
@@ -100,19 +102,39 @@ class NodesCallgrind(Callgrind):
         _control_all(["-d"], pids)
         _control_all(["-i", "off"], pids)
         total = 0
-        self.timers = 0
+        self.loop_parts = LoopParts()
         for pid in pids:
             dump = _wait_for_new(self.out_dir, f"callgrind.out.{pid}.*", before[pid])
             total += parse_callgrind_total(dump.read_text())
-            self.timers += _timer_instructions(dump)
+            self.loop_parts = self.loop_parts + _loop_parts(dump)
         return total
 
 
-_TIMERS = re.compile(r"^\s*([\d,]+) \([^)]*\)\s+\S*:uv__run_timers \[", re.MULTILINE)
+@dataclass(frozen=True, slots=True)
+class LoopParts:
+    """Instructions of a window by the libuv phase that ran them (inclusive): timer
+    callbacks (``uv__run_timers``: the periodic work), I/O callbacks (``uv__io_poll``: the
+    reads of clients and links, where a message's work is done) and scheduled callbacks
+    (``uv__run_idle``: what ``call_soon`` runs — a message's deferred work, and the tasks
+    the timers wake)."""
+
+    timers: int = 0
+    io: int = 0
+    scheduled: int = 0
+
+    def __add__(self, other: LoopParts) -> LoopParts:
+        return LoopParts(
+            self.timers + other.timers, self.io + other.io, self.scheduled + other.scheduled
+        )
 
 
-def _timer_instructions(dump: Path) -> int:
-    """``uv__run_timers``' inclusive instructions in a callgrind dump (0: none run)."""
+_PHASE = re.compile(
+    r"^\s*([\d,]+) \([^)]*\)\s+\S*:(uv__run_timers|uv__io_poll|uv__run_idle) \[", re.MULTILINE
+)
+
+
+def _loop_parts(dump: Path) -> LoopParts:
+    """The phases' inclusive instructions in a callgrind dump (0: a phase not run)."""
     done = subprocess.run(
         ["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
         capture_output=True,
@@ -120,8 +142,12 @@ def _timer_instructions(dump: Path) -> int:
         timeout=600,
         check=True,
     )
-    match = _TIMERS.search(done.stdout)
-    return 0 if match is None else int(match.group(1).replace(",", ""))
+    found: dict[str, int] = {}
+    for match in _PHASE.finditer(done.stdout):
+        found.setdefault(match.group(2), int(match.group(1).replace(",", "")))
+    return LoopParts(
+        found.get("uv__run_timers", 0), found.get("uv__io_poll", 0), found.get("uv__run_idle", 0)
+    )
 
 
 def _control_all(args: list[str], pids: Sequence[int]) -> None:
@@ -354,8 +380,8 @@ class Run:
     tracer: str
     units: int
     value: int | SyscallCounts
-    timers: int
-    """Of ``value`` (callgrind), the instructions in timer callbacks (``NodesCallgrind``)."""
+    loop_parts: LoopParts
+    """Of ``value`` (callgrind), the instructions by event-loop phase (``NodesCallgrind``)."""
     missing: int
     seconds: float
     p99_us: float
@@ -421,7 +447,7 @@ def run_once(
         tracer.name,
         counted,
         window.value,
-        tracer.timers if isinstance(tracer, NodesCallgrind) else 0,
+        tracer.loop_parts if isinstance(tracer, NodesCallgrind) else LoopParts(),
         missing,
         time.monotonic() - started,
         result.summary.lat_p99_us,
@@ -433,7 +459,21 @@ def run_once(
 def _outside_timers(full: Run, half: Run) -> float:
     """Instructions per unit outside timer callbacks (``NodesCallgrind``)."""
     assert isinstance(full.value, int) and isinstance(half.value, int)
-    return per_unit(full.value - full.timers, half.value - half.timers, full.units, half.units)
+    return per_unit(
+        full.value - full.loop_parts.timers,
+        half.value - half.loop_parts.timers,
+        full.units,
+        half.units,
+    )
+
+
+def _phases(full: Run, half: Run) -> str:
+    """Per unit in I/O and in scheduled callbacks: "I/O 29,977, scheduled -639"."""
+    io = per_unit(full.loop_parts.io, half.loop_parts.io, full.units, half.units)
+    scheduled = per_unit(
+        full.loop_parts.scheduled, half.loop_parts.scheduled, full.units, half.units
+    )
+    return f"I/O callbacks {io:,.0f}, scheduled {scheduled:,.0f}"
 
 
 def _values(full: Run, half: Run) -> tuple[float, dict[str, float]]:
@@ -516,7 +556,7 @@ def _measure(
             notes.append(f"behind: p99 {max(full.p99_us, half.p99_us) / 1000:.0f} ms")
         note = f" ({', '.join(notes)})" if notes else ""
         cells[tracer_name] = (
-            f"{outside:,.0f} outside timers (whole: {value:,.0f}){note}"
+            f"{outside:,.0f} outside timers ({_phases(full, half)}; whole {value:,.0f}){note}"
             if tracer_name == "callgrind"
             else f"{value:.2f}{note}"
         )
@@ -539,7 +579,9 @@ def _measure(
                         "seconds": round(run.seconds, 1),
                         "p99_ms": round(run.p99_us / 1000, 2),
                         "window_s": round(run.window_s, 2),
-                        "timers": run.timers,
+                        "timers": run.loop_parts.timers,
+                        "io_callbacks": run.loop_parts.io,
+                        "scheduled_callbacks": run.loop_parts.scheduled,
                         "value": run.value
                         if isinstance(run.value, int)
                         else {"total": run.value.total, "calls": run.value.calls},
@@ -553,7 +595,8 @@ def _measure(
             f"# {scenario.name} {broker}{f' ({BUILD} build)' if broker == 'xmq' else ''} "
             f"{tracer_name}: N={full.units} ({full.seconds:.0f} s), "
             f"N/2={half.units} ({half.seconds:.0f} s), windows {full.window_s:.1f} / "
-            f"{half.window_s:.1f} s: {value:,.2f} per unit, {outside:,.2f} outside timers; p99 "
+            f"{half.window_s:.1f} s: {value:,.2f} per unit, {outside:,.2f} outside timers"
+            f"{f' ({_phases(full, half)})' if tracer_name == 'callgrind' else ''}; p99 "
             f"{full.p99_us / 1000:.1f} / {half.p99_us / 1000:.1f} ms{note}",
             file=sys.stderr,
             flush=True,
