@@ -35,7 +35,7 @@ def cluster_metric_sources(cluster: ClusterRuntime) -> list[LabelledSource]:
 
     def link_write_buffers() -> dict[str, float]:
         """Bytes waiting in each link's transport (above 1 MiB its local publishers are
-        paused: ``cluster.peer_link.WRITE_HIGH``)."""
+        paused: ``cluster.link_backpressure.WRITE_HIGH``)."""
         return {
             peer: float(link.transport.get_write_buffer_size())
             for peer, link in hub.links.items()

@@ -15,25 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from xmq.cluster import link_dispatch
+from xmq.cluster import link_dial, link_dispatch, link_hello, link_ledger, link_loss
 from xmq.cluster import link_frames as frames
 from xmq.cluster.direct_hold import DirectHold
-from xmq.cluster.link_frames import BodyReader
 from xmq.cluster.link_recovery import LinkRecovery
-from xmq.cluster.link_tls import LinkTls, TlsLinkServer, log_refused
+from xmq.cluster.link_tls import LinkTls, TlsLinkServer
 from xmq.cluster.link_wait import LinkWait
 from xmq.cluster.orphan_appends import OrphanAppends
 from xmq.cluster.peer_link import PeerLink
-from xmq.cluster.route_table import AnnouncedRoutes, RouteTable, shared_key
+from xmq.cluster.route_table import RouteTable, shared_key
 from xmq.cluster.takeover import Takeovers, sub_flags
 from xmq.codec.reason_codes import ReasonCode
 from xmq.contract.message_record import encode_record
 from xmq.core.cluster_ports import (
-    NO_DURABLE_CONTEXT,
-    DurableContext,
     DurableHold,
     DurableStore,
     NodeIdentity,
@@ -102,18 +98,8 @@ class ClusterHub:
     # -- links ------------------------------------------------------------------------------
 
     async def listen(self, host: str, port: int) -> int:
-        loop = asyncio.get_running_loop()
-        if self.link_tls is not None:
-            self._server = TlsLinkServer(lambda: PeerLink(self), self.link_tls)
-            return await self._server.start(host, port)
-        server = await loop.create_server(
-            lambda: PeerLink(self), host=host, port=port, reuse_address=True
-        )
-        self._server = server
-        # (uvloop's ``sockets`` is a list, typeshed's a tuple: read untyped, the compiled
-        # module checks a typed read)
-        sockets: Any = getattr(server, "sockets")  # noqa: B009
-        bound: int = sockets[0].getsockname()[1]
+        """Accept node links on ``host:port`` (0: any); the port bound (``link_dial``)."""
+        self._server, bound = await link_dial.listen(self, host, port)
         return bound
 
     def connect_peers(self, peers: dict[str, str]) -> None:
@@ -130,49 +116,13 @@ class ClusterHub:
             self.spawn(self.dial(node, address))
 
     async def dial(self, node: str, address: str) -> None:
-        host, _, port = address.rpartition(":")
-        loop = asyncio.get_running_loop()
-        tls = self.link_tls
-        try:
-            async with asyncio.timeout(2.0):
-                await loop.create_connection(
-                    lambda: PeerLink(self),
-                    host,
-                    int(port),
-                    ssl=tls.client if tls is not None else None,
-                    ssl_handshake_timeout=2.0 if tls is not None else None,
-                )
-        except ssl.SSLError as error:
-            log_refused("to", f"{node} at {address}", error)
-        except (OSError, TimeoutError, ValueError) as error:
-            log.debug("link to %s at %s failed: %s", node, address, error)
-        finally:
-            self.dialing.discard(node)
+        await link_dial.dial(self, node, address)
 
     async def reachable(self, address: str) -> bool:
-        """Whether a node link port accepts connections (a killed node's refuses at once)."""
-        host, _, port = address.rpartition(":")
-        try:
-            async with asyncio.timeout(1.0):
-                _, writer = await asyncio.open_connection(host, int(port))
-        except (OSError, TimeoutError, ValueError):
-            return False
-        writer.close()
-        return True
+        return await link_dial.reachable(address)
 
     async def refuses(self, address: str) -> bool:
-        """Whether a node link port refuses connections (a killed node's, at once). A dial
-        that goes unanswered is not a refusal: the node may be alive behind a partition."""
-        host, _, port = address.rpartition(":")
-        try:
-            async with asyncio.timeout(1.0):
-                _, writer = await asyncio.open_connection(host, int(port))
-        except (ConnectionRefusedError, ValueError):
-            return True
-        except (OSError, TimeoutError):
-            return False
-        writer.close()
-        return False
+        return await link_dial.refuses(address)
 
     def spawn(self, coro: Coroutine[None, None, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -180,67 +130,21 @@ class ClusterHub:
         task.add_done_callback(self._tasks.discard)
 
     def link_hello(self, link: PeerLink, body: bytes) -> None:
-        reader = BodyReader(body)
-        node, epoch, features = reader.text(), reader.u64(), reader.rest()[:1]
-        if not self.identity.online or node == self.identity.node_id:
-            link.close()
-            return
-        bits = features[0] if features else 0
-        link.shared_counted = bool(bits & frames.FEATURE_SHARED_COUNTED)
-        link.resumable = bool(bits & frames.FEATURE_RESUME)
-        link.heartbeat = bool(bits & frames.FEATURE_HEARTBEAT)
-        link.snapshot_end = bool(bits & frames.FEATURE_SNAPSHOT_END)
-        link.retained_written = bool(bits & frames.FEATURE_RETAINED_WRITTEN)
-        if bits & frames.FEATURE_SHARED_DURABLE:
+        link_hello.hello(self, link, body)
+
+    def link_up(self, node: str, link: PeerLink) -> None:
+        """``link`` is the link to ``node`` (its HELLO handled)."""
+        self.links[node] = link
+        self._all_links.add(link)
+
+    def reads_shared_durable(self, node: str, reads: bool) -> None:
+        """Whether ``node``'s link set FEATURE_SHARED_DURABLE (its HELLO)."""
+        if reads:
             self._shared_durable.add(node)
         else:
             self._shared_durable.discard(node)
-        link.unkept_publish = bool(bits & frames.FEATURE_UNKEPT_PUBLISH)
-        existing = self.links.get(node)
-        resumed = False
-        if existing is not None and existing is not link:
-            if existing.peer_epoch > epoch:
-                link.close()
-                return
-            if existing.peer_epoch == epoch and existing.resumable and link.resumable:
-                self.recovery.settle(existing)  # (a half-open link we had not seen drop)
-                link.inherit(existing)
-                resumed = True
-            else:
-                self.drop_link(existing, orphan=existing.peer_epoch < epoch)
-            existing.close()
-        link.peer_node = node
-        link.peer_epoch = epoch
-        self.links[node] = link
-        self._all_links.add(link)
-        if link.resumable:
-            # Counted frames wait for the peer's RESUME; ours tells it where we are.
-            link.resuming = True
-            link.send(frames.resume(link.published_in))
-            if link.confirmable and not link.ack_pending:  # confirm what the old link had
-                link.ack_pending = link.ack_due = True
-                if not link.reading:
-                    link.call_soon(link_dispatch.confirm, self, link)
-        if resumed:
-            self.recovery.resumed += 1
-            log.warning("link to %s (epoch %d) re-established: resuming", node, epoch)
-        else:
-            log.info("link up: %s (epoch %d)", node, epoch)
-        if link.snapshot_end:
-            # until its SNAPSHOT_END: a resumed link's snapshot replaces the routes kept from
-            # the old link; a new link's tells when this node knows the peer's routes
-            # (``cluster.peer_routes``: a starting node accepts clients after that)
-            link.announced = AnnouncedRoutes()
-        self._send_snapshot(link)
-        if link.snapshot_end:
-            link.send(frames.SNAPSHOT_END_FRAME)
-        for client_id, message, qos, hold in self.link_wait.take((node, epoch)):
-            data = frames.direct(client_id, self.encode(message, qos, False))
-            link.send_direct(data, client_id, message, qos, hold)
-            if hold is not None:
-                hold.release()  # the link holds it now
 
-    def _send_snapshot(self, link: PeerLink) -> None:
+    def send_snapshot(self, link: PeerLink) -> None:
         for topic_filter in self._filters:
             link.send(frames.route(True, topic_filter))
         for group, topic_filter in self._shares:
@@ -266,74 +170,14 @@ class ClusterHub:
         self.drop_link(link, orphan=True)
 
     def drop_link(self, link: PeerLink, orphan: bool) -> None:
-        if self.links.get(link.peer_node) is link:
-            del self.links[link.peer_node]
-        self._written_unsent.pop(link.peer_node, None)
-        if (lost := self.on_link_lost) is not None:
-            lost(link.peer_node)
-        fresh = self.table.forget_node(
-            link.peer_node, link.peer_epoch, orphan and self.store is not None, self.broker.sessions
-        )
-        # Messages sent to the node that it had not confirmed as recorded when the link died:
-        # appended for its persistent sessions (a DIRECT one for its session, expecting the
-        # dead run); the publishers' held acks wait for those appends instead.
-        dead = (link.peer_node, link.peer_epoch)
-        # unconfirmed SHARED ones: their held acks wait for the member re-dispatched to
-        shared_holds: dict[int, DurableHold] = {}
-        for _, message, hold, what in link.take_unconfirmed():
-            if what is None:
-                if len(fresh):
-                    self.orphans.to_orphans(fresh, message, hold)
-            elif isinstance(what, int):
-                if hold is not None:
-                    shared_holds[what] = hold
-                continue
-            elif orphan:
-                client_id, qos = what
-                self.orphans.append_for(dead, (client_id, message, qos, hold))
-            if hold is not None:
-                hold.release()
-        self.settle_shared(link, shared_holds)
+        link_loss.drop_link(self, link, orphan)
 
     def settle_shared(self, link: PeerLink, shared_holds: dict[int, DurableHold]) -> None:
-        pending, link.shared_out = link.shared_out, {}
-        for sequence, (group, topic_filter, message) in pending.items():
-            hold = shared_holds.pop(sequence, None)
-            self._redispatch_shared(group, topic_filter, message, link.peer_node, hold)
-            if hold is not None:
-                hold.release()
-        for hold in shared_holds.values():  # acknowledged by the member, not yet confirmed
-            hold.release()
+        link_loss.settle_shared(self, link, shared_holds)
 
-    def _redispatch_shared(
-        self,
-        group: str,
-        topic_filter: str,
-        message: Message,
-        exclude: str,
-        hold: DurableHold | None = None,
-    ) -> None:
-        """A shared-group message its chosen node had not acknowledged when the link dropped:
-        another member gets it (``hold``, the publisher's
-        held ack, is held by the member's record or link). It keeps its inbound id: where
-        the chosen node's member had it, its claim is in Redis and this member's claim finds
-        it (``core.shared_claims``), so the group is not given it twice; where that node
-        never handled the frame, this member's claim wins."""
-        broker = self.broker
-        local = broker.shared.get_group(group, topic_filter)
-        if local is not None and len(local.members):
-            # a persistent member's record holds it until written
-            context = NO_DURABLE_CONTEXT if hold is None else DurableContext(hold)
-            broker.publish_shared_from_peer(group, topic_filter, message, None, context)
-            return
-        remote = self.table.shares.get_group(group, topic_filter)
-        if remote is not None and any(node != exclude for node in remote.members):
-            self.forward_shared(group, topic_filter, message, hold)
-            return
-        orphaned = self.table.shared_orphans.groups.get_group(group, topic_filter)
-        if orphaned is not None and self.orphans.to_shared_orphan(orphaned, message, hold):
-            return  # no live member: queued for a dead owner's persistent member
-        broker.stats.messages_dropped += 1
+    def forget_unsent(self, node: str) -> None:
+        """The RETAINED_WRITTEN frames kept for a link to ``node`` that is down: dropped."""
+        self._written_unsent.pop(node, None)
 
     def close_links(self) -> None:
         for link in list(self._all_links):
@@ -481,28 +325,11 @@ class ClusterHub:
         if len(table.orphans):
             count += self.orphans.to_orphans(table.orphans, message, hold)
         if len(table.shared_orphans):  # groups without a live member anywhere
-            count += self._to_shared_orphans(message, hold)
+            count += self.orphans.to_shared_orphans(message, hold)
         if len(table.moved):  # not for a session a node it was sent to announced: it is there
             count += self.orphans.to_orphans(table.moved, message, hold, sent)
         if table.pending:  # sessions of live runs not linked yet: to them once linked
             count += self.orphans.to_unlinked(message, hold, sent)
-        return count
-
-    def _to_shared_orphans(self, message: Message, hold: DurableHold | None) -> int:
-        """``message`` for each matching group that has no member here nor on a linked
-        node, only persistent members whose owner is gone: appended to one of their queues
-        (a single node queues it for an offline persistent member: ``Broker._deliver_shared``).
-        Before, it was routed nowhere (0x10) and lost (issue 12)."""
-        count = 0
-        local = self.broker.shared
-        for group in self.table.shared_orphans.groups.match(message.topic):
-            name, topic_filter = group.group, group.topic_filter
-            if local.get_group(name, topic_filter) is not None or self.has_shared(
-                name, topic_filter
-            ):
-                continue
-            if self.orphans.to_shared_orphan(group, message, hold):
-                count += 1
         return count
 
     def retained_written(self, topic: str, forward_id: str, revision: int) -> None:
@@ -545,9 +372,8 @@ class ClusterHub:
                 record = self.encode(message, message.qos, False)
                 link.shared_seq = sequence = (link.shared_seq + 1) & 0xFFFFFFFF
                 link.shared_out[sequence] = (group, topic_filter, message)
-                link.send_shared(
-                    frames.shared(sequence, group, topic_filter, record), sequence, message, hold
-                )
+                data = frames.shared(sequence, group, topic_filter, record)
+                link_ledger.send_shared(link, data, sequence, message, hold)
                 return True
             tried.add(node)
 

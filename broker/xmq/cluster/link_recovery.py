@@ -24,10 +24,12 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_frames as frames
+from xmq.cluster import link_ledger
 
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
-    from xmq.cluster.peer_link import PeerLink, Unconfirmed
+    from xmq.cluster.link_ledger import Unconfirmed
+    from xmq.cluster.peer_link import PeerLink
     from xmq.core.cluster_ports import DurableHold
 
 log = logging.getLogger("xmq.cluster")
@@ -129,7 +131,7 @@ class LinkRecovery:
         """The peer's RESUME: send again, in order, what it has not handled."""
         if not link.resuming:
             return
-        again = link.resend_from(handled, lambda entry: self._frame_again(link, entry))
+        again = link_ledger.resend_from(link, handled, lambda entry: self._frame_again(link, entry))
         if again:
             log.warning("link to %s: %d frames sent again after a re-link", link.peer_node, again)
 

@@ -18,6 +18,7 @@ from collections.abc import Collection
 from typing import TYPE_CHECKING
 
 from xmq.cluster import link_frames as frames
+from xmq.cluster import link_ledger
 from xmq.cluster.link_wait import Owner, Waiting
 from xmq.cluster.route_table import (
     NO_LOCAL,
@@ -101,6 +102,24 @@ class OrphanAppends:
                 continue  # QoS 0 is not kept for an offline session
             count += 1
             self._append(client_id, orphan.owner, message, qos, retain, hold)
+        return count
+
+    def to_shared_orphans(self, message: Message, hold: DurableHold | None) -> int:
+        """``message`` for each matching group that has no member here nor on a linked
+        node, only persistent members whose owner is gone: appended to one of their queues
+        (a single node queues it for an offline persistent member: ``Broker._deliver_shared``).
+        Before, it was routed nowhere (0x10) and lost (issue 12)."""
+        count = 0
+        hub = self.hub
+        local = hub.broker.shared
+        for group in hub.table.shared_orphans.groups.match(message.topic):
+            name, topic_filter = group.group, group.topic_filter
+            if local.get_group(name, topic_filter) is not None or hub.has_shared(
+                name, topic_filter
+            ):
+                continue
+            if self.to_shared_orphan(group, message, hold):
+                count += 1
         return count
 
     def to_shared_orphan(
@@ -215,7 +234,7 @@ class OrphanAppends:
         link = hub.links.get(node)
         if link is not None and link.peer_epoch == epoch:
             data = frames.direct(client_id, hub.encode(message, qos, False))
-            link.send_direct(data, client_id, message, qos, hold)
+            link_ledger.send_direct(link, data, client_id, message, qos, hold)
         elif link is not None and link.peer_epoch > epoch:
             self.append_for((node, epoch), (client_id, message, qos, hold))  # a dead run owns it
         else:

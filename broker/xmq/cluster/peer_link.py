@@ -1,40 +1,8 @@
 """One TCP link to another node: frames in, frames out batched once per loop tick.
 
-A PUBLISH frame whose fan-out is routed over several loop turns (``core.fanout_slices``)
-holds the link's later frames: the rest of the read waits, in order, with reading paused (as
-a client's socket is), until its last slice; then they are handled on the next turn. Every
-frame of the link keeps its place, so each session gets the link's messages in the order they
-came, and PUBLISH_ACK counts (which confirm frames in order) stay exact. The frame is counted
-as handled when it arrives (``published_in``: what a RESUME says, so a link resumed meanwhile
-is not sent it again) and confirmed after its last slice (``confirmable``); a resumed link
-inherits the fan-out in progress, waits behind it too and sends that confirmation. The cost is
-head-of-line blocking on that one link — its other publishers' frames wait ~one loop turn per
-1,024 deliveries of the fan-out ahead of them — while other links and clients are served
-every turn. The heartbeat does not count the pause against the peer.
-
-Frames that are not sliced (each reaching fewer than a slice of sessions) are bounded per loop
-turn the same way: a read's frames are handled until they have routed ``SLICE`` deliveries or
-``FRAMES_PER_TURN`` frames, or while the durable store has ``RECORDS_AHEAD`` records not yet
-written; the rest wait behind, in order, reading paused, for the next turn (or, when the store
-is behind, ``RECORDS_WAIT_S``). So a burst of frames from a peer costs a loop turn per slice of
-work, and a peer sending faster than this node routes is held by TCP, not in memory.
-
-Outbound, the transport's write buffer is bounded (``WRITE_HIGH`` / ``WRITE_LOW``): above its
-high-water mark (``pause_writing``) the local publishers whose messages are being forwarded
-over the link have their sockets paused, as the durable store pauses them while its records
-wait, until it drains below the low-water mark (``resume_writing``). Frames are written once
-per loop turn (by the process's per-turn flush, ``core.turn_flush``, with the clients'
-output: one scheduled callback for both), and one turn can read a publisher many times
-(libuv reads a readable socket up to 32 times per wake-up while it is not paused: 8 MiB of
-256 KiB reads), so the link does not wait for the transport: frames of this turn that would
-take the buffer past ``WRITE_HIGH`` make it congested at once (``send``); if the turn's write
-then fits under the mark after all, the transport has paused nothing and the publishers are
-resumed after it. The frames that a read of the link itself causes on it (its PUBLISH_ACK;
-after HELLO, RESUME and the route snapshot) are written at the end of that read instead,
-without a scheduled callback: one write per read. Frames that a client's read causes (a
-forwarded PUBLISH) are written at the end of that read, at most once a loop millisecond
-(``TurnFlush.end_read``); and a read of the link is a read of the per-turn flush too: the local
-subscribers its frames deliver to are written at its end.
+Inbound, a read's frames are handled in order, a loop turn's worth at a time
+(``link_pacing``); outbound, a congested link pauses its publishers (``link_backpressure``);
+what a link keeps until its peer confirms it, and a resumed link inherits: ``link_ledger``.
 """
 
 from __future__ import annotations
@@ -45,11 +13,12 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from xmq.cluster import link_dispatch
-from xmq.cluster.link_frames import FrameDecoder, FrameError, Kind, hello, shared_ack
-from xmq.core.fanout_slices import RECORDS_AHEAD, RECORDS_WAIT_S, SLICE
+from xmq.cluster import link_dispatch, link_ledger, link_pacing
+from xmq.cluster.link_backpressure import WRITE_HIGH, WRITE_LOW, pause_publisher
+from xmq.cluster.link_frames import FrameDecoder, FrameError, hello, shared_ack
+from xmq.cluster.link_ledger import Unconfirmed
 
 if TYPE_CHECKING:
     from xmq.cluster.cluster_hub import ClusterHub
@@ -59,24 +28,8 @@ if TYPE_CHECKING:
     from xmq.core.message import Message
     from xmq.core.ports import SessionClient
 
-Unconfirmed = tuple[int, "Message", "DurableHold | None", "tuple[str, int] | int | None"]
-"""frame sequence, message, the publisher's held ack, and what the frame was: ``None`` a
-PUBLISH, ``(client id, QoS)`` a DIRECT, an ``int`` a SHARED frame (its shared sequence)"""
 
 log = logging.getLogger("xmq.cluster.link")
-
-MAX_UNCONFIRMED = 100_000
-"""PUBLISH / DIRECT frames kept for a peer that has not confirmed them (bounds memory if it
-stalls; the oldest beyond it are given up, their held acks released)."""
-
-FRAMES_PER_TURN: Final = 512
-"""Frames of a read handled in one loop turn at most (with at most ``SLICE`` deliveries)."""
-
-WRITE_HIGH: Final = 1 << 20
-"""The link's write buffer above which its local publishers are paused (bytes)."""
-
-WRITE_LOW: Final = 256 << 10
-"""... and below which they are resumed."""
 
 
 class PeerLink(asyncio.Protocol):
@@ -228,7 +181,7 @@ class PeerLink(asyncio.Protocol):
                 if self._behind is not None:  # (held by the fence meanwhile) after the others
                     self._behind.extend(frames)
                     return
-            self._handle(frames)
+            link_pacing.handle(self, frames)
         except (FrameError, UnicodeDecodeError, ValueError) as error:
             log.warning("link %s: %s", self.peer_node or "?", error)
             self.close()
@@ -239,37 +192,7 @@ class PeerLink(asyncio.Protocol):
         if self._out:  # the frames the read caused on this link (its PUBLISH_ACK): now
             self._flush()
 
-    def _handle(self, frames: list[tuple[int, bytes]]) -> None:
-        """Handle ``frames`` in order until one starts a fan-out over later loop turns (the
-        rest wait behind it: ``fan_in``) or the turn's work is done (they wait for the next
-        turn: ``_defer``)."""
-        hub = self.hub
-        broker = hub.broker
-        stats = broker.stats
-        routed = stats.deliveries_routed
-        last = len(frames) - 1
-        for at, (kind, body) in enumerate(frames):
-            if not self.peer_node:
-                if kind != Kind.HELLO:
-                    raise FrameError("first frame must be HELLO")
-                hub.link_hello(self, body)  # (a resumed link: behind an inherited fan-out)
-                if self.closed:
-                    return
-            else:
-                hub.handle_frame(self, kind, body)
-            if self._behind is not None:
-                self._behind.extend(frames[at + 1 :])
-                return
-            if at < last and self.peer_node:
-                store = broker.store
-                if store is not None and store.unwritten >= RECORDS_AHEAD:
-                    self._defer(frames[at + 1 :], RECORDS_WAIT_S)
-                    return
-                if at + 1 >= FRAMES_PER_TURN or stats.deliveries_routed - routed >= SLICE:
-                    self._defer(frames[at + 1 :], 0.0)
-                    return
-
-    def _defer(self, frames: list[tuple[int, bytes]], delay: float) -> None:
+    def defer(self, frames: list[tuple[int, bytes]], delay: float) -> None:
         """The rest of a read waits, in order and with reading paused, for a later turn."""
         self._wait_for_fanout()
         assert self._behind is not None
@@ -279,6 +202,11 @@ class PeerLink(asyncio.Protocol):
             loop.call_later(delay, self._resume)
         else:
             loop.call_soon(self._resume)
+
+    def queue_behind(self, frames: list[tuple[int, bytes]]) -> None:
+        """Frames read after one that started a fan-out: they wait behind it, in order."""
+        assert self._behind is not None
+        self._behind.extend(frames)
 
     def fan_in(self, fanout: Fanout) -> None:
         """The PUBLISH frame being handled fans out over later loop turns: it is handled (a
@@ -351,7 +279,7 @@ class PeerLink(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         """The write buffer is above ``WRITE_HIGH``: local publishers whose messages go over
-        the link from now on are paused (``_forwarding``)."""
+        the link from now on are paused (``forwarding``)."""
         self.writing_paused = True
         if self._paused_publishers is None:
             self._paused_publishers = set()
@@ -368,17 +296,12 @@ class PeerLink(asyncio.Protocol):
         """The write buffer is above its high-water mark."""
         return self._paused_publishers is not None
 
-    def _forwarding(self, message: Message) -> None:
-        """``message`` goes over the link while it is congested: pause its local publisher
-        (again if another pauser, the store, resumed it meanwhile: pausing is idempotent)."""
+    def forwarding(self, message: Message) -> None:
+        """``message`` goes over the link: while it is congested, its local publisher is
+        paused (``link_backpressure.pause_publisher``)."""
         paused = self._paused_publishers
-        if paused is None or message.origin is None:
-            return
-        session = self.hub.broker.sessions.get(message.origin)
-        conn = session.connection if session is not None else None
-        if conn is not None:
-            paused.add(conn)
-            conn.link.pause_reading()
+        if paused is not None:
+            pause_publisher(self.hub.broker, paused, message)
 
     def send(self, data: bytes) -> None:
         if self.closed:
@@ -423,91 +346,16 @@ class PeerLink(asyncio.Protocol):
         """Send a PUBLISH frame; ``keep`` it (and ``hold``) until the peer has recorded it.
         ``data``: PUBLISH, or PUBLISH_UNKEPT when ``wants_ack(keep)`` says none is wanted."""
         if self._paused_publishers is not None:
-            self._forwarding(message)
+            self.forwarding(message)
         self.published_out += 1
         if keep or self.resuming:
-            self._keep((self.published_out, message, hold, None))
+            link_ledger.keep(self, (self.published_out, message, hold, None))
         if not self.resuming:
             self.send(data)
-
-    def send_direct(
-        self, data: bytes, client_id: str, message: Message, qos: int, hold: DurableHold | None
-    ) -> None:
-        """Send a DIRECT frame, kept (with ``hold``) until the peer has recorded it."""
-        if self._paused_publishers is not None:
-            self._forwarding(message)
-        self.published_out += 1
-        self._keep((self.published_out, message, hold, (client_id, qos)))
-        if not self.resuming:
-            self.send(data)
-
-    def send_shared(
-        self, data: bytes, sequence: int, message: Message, hold: DurableHold | None
-    ) -> None:
-        """Send a SHARED frame. The receiver counts it with PUBLISH and DIRECT frames: its
-        PUBLISH_ACK says the member's record is written (or the message was handed to the
-        member), which releases ``hold``; until then the hold is kept with the frame. A peer
-        that does not count them (an older node) holds nothing."""
-        if self._paused_publishers is not None:
-            self._forwarding(message)
-        if not self.shared_counted:
-            self.send(data)
-            return
-        self.published_out += 1
-        if hold is not None or self.resuming:
-            self._keep((self.published_out, message, hold, sequence))
-        if not self.resuming:
-            self.send(data)
-
-    def _keep(self, entry: Unconfirmed) -> None:
-        hold = entry[2]
-        if hold is not None:
-            hold.hold()
-        unconfirmed = self.unconfirmed
-        unconfirmed.append(entry)
-        if len(unconfirmed) > MAX_UNCONFIRMED:
-            dropped = unconfirmed.popleft()[2]
-            if dropped is not None:
-                dropped.release()
 
     def confirmed(self, count: int, reasons: dict[int, int] | None = None) -> None:
-        """The peer has the first ``count`` PUBLISH, DIRECT (and SHARED, when counted) frames
-        in its records: their held acks are released (one batch per PUBLISH_ACK). ``reasons``:
-        the frames among them it delivered nowhere (every delivery dropped for a quota), by
-        frame number: their held acks are told (``undelivered``)."""
-        unconfirmed = self.unconfirmed
-        while unconfirmed and unconfirmed[0][0] <= count:
-            number, _, hold, _ = unconfirmed.popleft()
-            if hold is not None:
-                if reasons and (reason := reasons.get(number)):
-                    hold.undelivered(reason)
-                else:
-                    hold.release()
-
-    def resend_from(self, handled: int, frame_of: Callable[[Unconfirmed], bytes | None]) -> int:
-        """The peer's RESUME: it has handled the first ``handled`` counted frames of this
-        run. Kept frames after those are sent again in order, numbered from ``handled + 1``
-        (``frame_of`` rebuilds each; ``None``: nothing to send, its hold is released); those
-        it handled stay kept until its PUBLISH_ACK. Returns how many were sent again."""
-        self.resuming = False
-        kept: deque[Unconfirmed] = deque()
-        again: list[Unconfirmed] = []
-        for entry in self.unconfirmed:
-            (kept if entry[0] <= handled else again).append(entry)
-        self.unconfirmed = kept
-        self.published_out = handled
-        sent = 0
-        for _, message, hold, what in again:
-            data = frame_of((0, message, hold, what))
-            if data is None:
-                if hold is not None:
-                    hold.release()
-                continue
-            self.published_out += 1
-            kept.append((self.published_out, message, hold, what))  # its hold is still taken
-            self.send(data)
-            sent += 1
-        return sent
+        """The peer's PUBLISH_ACK (``link_ledger.confirmed``)."""
+        link_ledger.confirmed(self, count, reasons)
 
     def inherit(self, old: PeerLink) -> None:
         """A new link to the same run of the peer: take over what the old one kept and the

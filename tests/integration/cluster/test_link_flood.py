@@ -14,7 +14,8 @@ import pytest
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_frames import BodyReader, FrameDecoder, Kind
-from xmq.cluster.peer_link import FRAMES_PER_TURN, PeerLink
+from xmq.cluster.link_pacing import FRAMES_PER_TURN
+from xmq.cluster.peer_link import PeerLink
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.fanout_slices import SLICE

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.append_recorder import AppendRecorder
 from xmq.cluster import link_frames as frames
-from xmq.cluster import peer_link
+from xmq.cluster import link_ledger
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_frames import BodyReader, FrameDecoder, Kind
 from xmq.cluster.peer_link import PeerLink
@@ -124,7 +124,7 @@ async def test_a_publish_ack_carries_the_reason_of_frames_delivered_nowhere() ->
 async def test_frames_beyond_the_bound_are_given_up_and_their_acks_released(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(peer_link, "MAX_UNCONFIRMED", 2)
+    monkeypatch.setattr(link_ledger, "MAX_UNCONFIRMED", 2)
     hub, _ = _hub()
     link = _linked(hub, "node-2", 5)
     holds = [Hold() for _ in range(3)]

@@ -16,8 +16,10 @@ from tests.support.virtual_broker import parked_sessions
 from tests.support.virtual_loop import VirtualLoop
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.link_backpressure import WRITE_HIGH
 from xmq.cluster.link_frames import BodyReader, FrameDecoder, Kind
-from xmq.cluster.peer_link import FRAMES_PER_TURN, WRITE_HIGH, PeerLink
+from xmq.cluster.link_pacing import FRAMES_PER_TURN
+from xmq.cluster.peer_link import PeerLink
 from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
