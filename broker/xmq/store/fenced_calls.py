@@ -19,7 +19,7 @@ from xmq.contract.session_scripts import (
     FencedWrite,
     FencedWrites,
 )
-from xmq.store.redis_batcher import ScriptCall, script_sha
+from xmq.store.batch_entries import ScriptCall, script_sha
 from xmq.store.resp_connection import encode_command
 
 
