@@ -22,6 +22,7 @@ import random
 from collections.abc import Callable
 from typing import Any, Final
 
+from xmq.core.turn_flush import TurnFlush
 from xmq.store.batch_entries import BatchEntry, CoalescedItem, answer
 from xmq.store.redis_endpoint import RedisEndpoint
 from xmq.store.redis_errors import (
@@ -49,6 +50,7 @@ class BatcherLink:
         wait_replicas: int = 0,
         wait_timeout_ms: int = 1000,
         stats: RedisStats | None = None,
+        turn: TurnFlush | None = None,
     ) -> None:
         self.endpoint = (
             endpoint if isinstance(endpoint, RedisEndpoint) else RedisEndpoint.parse(endpoint)
@@ -77,7 +79,11 @@ class BatcherLink:
         # bound once (compiled, ``loop.call_soon(self._flush)`` looked the method up and made
         # a bound ``_flush`` at every arm: once a durable message at low rates)
         self._call_soon: Callable[[Callable[[], None]], object] | None = None
-        self._run: Callable[[], None] = self._flush
+        self._run: Callable[[], None] = self._scheduled_flush
+        # the process's per-turn flush (``core.turn_flush``): a flush armed within a read (a
+        # client's, a node link's, a Redis reply's) runs at that read's end, not in a
+        # ``call_soon`` of its own; None: ``call_soon``
+        self._turn = turn
         self.pipelines = 0
         self.commands = 0
         self.failures = 0
@@ -103,6 +109,10 @@ class BatcherLink:
 
     def _arm(self) -> None:
         self._armed = True
+        turn = self._turn
+        if turn is not None:
+            turn.add(self._run)  # at the end of the read running now, else of this loop turn
+            return
         call_soon = self._call_soon
         if call_soon is None:
             loop = self._loop
@@ -150,6 +160,14 @@ class BatcherLink:
     def _flush(self) -> None:
         """Send what is queued (``RedisBatcher._flush``)."""
         raise NotImplementedError
+
+    def _scheduled_flush(self) -> None:
+        """The flush ``_arm`` scheduled: run among other connections' flushes at a read's end
+        (``TurnFlush.end_read``), a failure here must not keep theirs from running."""
+        try:
+            self._flush()
+        except Exception:
+            log.exception("redis batcher flush failed")
 
     def replied(self, entry: BatchEntry, value: Any) -> None:
         """The reply of a command this batcher sent (``BatchEntry.__call__``)."""
@@ -281,6 +299,9 @@ class BatcherLink:
         self._check_idle()
 
     def _watch(self, conn: RespConnection) -> None:
+        if self._turn is not None:
+            conn.read_in_turns(self._turn)  # its replies' output written at the read's end
+
         def lost(_: asyncio.Future[None]) -> None:
             if self._conn is conn:
                 self._conn = None

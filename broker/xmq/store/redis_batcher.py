@@ -1,13 +1,16 @@
 """Group commit: the Redis commands queued while a batch is out go together in the next one.
 
 Callers queue commands with a callback (or await a future). With nothing waiting for Redis,
-the first command of a tick schedules a flush with ``call_soon``: an idle node pays one round
-trip, no timer. While a batch is out, commands queue up, and the batch's last reply schedules
-the next flush (Nagle's rule, for pipelines): at most one batch in flight, so the batch size
+the first command of a tick schedules a flush: at the end of the read that queued it (a
+client's, a node link's, a Redis reply's: the process's per-turn flush, ``core.turn_flush``,
+given as ``turn``), else with ``call_soon``; an idle node pays one round trip, no timer. While
+a batch is out, commands queue up, and the batch's last reply schedules the next flush
+(Nagle's rule, for pipelines): at most one batch in flight, so the batch size
 follows the load by itself — many connections' records share each round trip and each
 ``write``/reply event while each caller still waits for its own reply. Replies call back in
-order on the node's :class:`RespConnection`. A *deferred* command (an acknowledged record's
-removal) starts no flush of its own: it rides with the next command's, or goes alone
+order on the node's :class:`RespConnection`. A *deferred* command or coalesced write (an
+acknowledged record's removal) starts no flush of its own: it rides with the next command's
+(a write in the next script call of its group), or goes alone
 ``LAZY_FLUSH_S`` later — at low rates one round trip per message instead of two. That bound
 is one timer that no flush cancels: firing, it flushes only deferred commands that have
 waited ``LAZY_FLUSH_S``, else it is armed again for the oldest one still waiting (at 50
@@ -89,6 +92,20 @@ class RedisBatcher(BatcherLink):
         pipeline or a later one, never before it. For removals whose loss is harmless (an
         acknowledged record's ``LREM``: a node killed before it re-sends the message)."""
         self._pending.append(BatchEntry(args, None, True, None, None, None, payload))
+        self._defer()
+
+    def deferred_coalesced(
+        self, combine: Combine, group: Any, item: Any, keys: tuple[str, ...], callback: Callback
+    ) -> None:
+        """``coalesced`` on ``deferred``'s terms: a write that starts no flush of its own, in
+        the next script call of its group that another command's flush sends, or alone
+        ``LAZY_FLUSH_S`` later (an acknowledged record's removal, carried by the next record's
+        ``FENCED_WRITES`` call: no command and no reply of its own)."""
+        self._pending.append((combine, group, item, keys, callback))
+        self._defer()
+
+    def _defer(self) -> None:
+        """A deferred command or write was queued: its bound starts (``LAZY_FLUSH_S``)."""
         self._deferred += 1
         self._idle = False
         if self._deferred_at < 0.0:  # the first since the last flush: its bound starts
@@ -304,6 +321,9 @@ class RedisBatcher(BatcherLink):
         if type(last) is BatchEntry:  # the pipeline's last reply also measures its round trip
             loop = self._loop or asyncio.get_running_loop()  # (set: _flush runs after _arm)
             last.sent_at = loop.time()
+            if len(parts) == 1:  # one command (a script call carrying a batch's writes)
+                conn.send_one(parts[0], last)
+                return
         else:
             callbacks[-1] = self._timed(last)
         conn.send(b"".join(parts), callbacks)
