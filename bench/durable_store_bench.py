@@ -3,10 +3,11 @@
 Drives the real ``RedisSessionStore`` and ``RedisBatcher`` against a real Redis the way a
 node with ``max_queued_writes: 0`` does for point-to-point traffic: C concurrent publishers,
 each delivering one QoS 1 message to its own persistent (offline) session, waiting until the
-message's record is written (the held PUBACK), then acknowledging it (``LREM``) and going on.
+message's record is written (the held PUBACK), then acknowledging it (its removal rides in the
+next record's ``FENCED_WRITES`` call) and going on.
 C = 1 is "one round trip per message"; larger C shows what group commit gets out of the same
-Redis. Prints records/s, commands per pipeline, Redis CPU per record and this process's CPU
-per record.
+Redis. Prints records/s, records per pipeline (round trip), Redis CPU per record and this
+process's CPU per record.
 
     .venv/bin/python bench/durable_store_bench.py --redis-url redis://127.0.0.1:6379/0 \
         [--concurrency 1,10,100,1000] [--seconds 5]
@@ -76,7 +77,7 @@ async def _publisher(store: RedisSessionStore, session: Session, stop_at: float)
         await wait.future  # the held PUBACK would go now
         delivery = session.queue.popleft()  # offline session: queued after its record
         session.unqueued(delivery)
-        store.acknowledged(session, delivery)  # the subscriber's PUBACK: LREM
+        store.acknowledged(session, delivery)  # the subscriber's PUBACK: its removal
         sent += 1
     return sent
 
@@ -105,7 +106,7 @@ async def run_level(url: str, concurrency: int, seconds: float) -> str:
         session.store = store
         sessions.append(session)
     redis_cpu = _redis_cpu(client)
-    pipelines, commands = batcher.pipelines, batcher.commands
+    pipelines = batcher.pipelines
     cpu = time.process_time()
     started = time.monotonic()
     stop_at = asyncio.get_running_loop().time() + seconds
@@ -115,12 +116,12 @@ async def run_level(url: str, concurrency: int, seconds: float) -> str:
     cpu = time.process_time() - cpu
     redis_cpu = _redis_cpu(client) - redis_cpu
     records = sum(counts)
-    per_pipeline = (batcher.commands - commands) / max(1, batcher.pipelines - pipelines)
+    per_pipeline = records / max(1, batcher.pipelines - pipelines)
     client.close()
     await batcher.close()
     return (
         f"concurrency {concurrency:>5}: {records / elapsed:>9,.0f} records/s  "
-        f"{per_pipeline:>7.1f} commands/pipeline  "
+        f"{per_pipeline:>7.1f} records/pipeline  "
         f"redis {redis_cpu / records * 1e6:>5.1f} us/record  "
         f"this process {cpu / records * 1e6:>5.1f} us/record"
     )

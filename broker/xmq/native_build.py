@@ -65,6 +65,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.subscription",
     "xmq.core.message",
     "xmq.store.redis_batcher",
+    "xmq.store.batch_entries",
+    "xmq.store.batcher_link",
     "xmq.store.fenced_calls",
     "xmq.store.redis_session_store",
     "xmq.contract.message_record",

@@ -117,6 +117,7 @@ class ClusterRuntime:
             wait_replicas=persistence.wait_replicas,
             wait_timeout_ms=persistence.wait_timeout_ms,
             stats=self.redis_stats,
+            turn=broker.turn_flush,
         )
         loop_clock = broker.now
         self.store = RedisSessionStore(

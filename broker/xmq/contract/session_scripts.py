@@ -370,7 +370,8 @@ FENCED_WRITES = (
 --       release of its inbound QoS 2 exchange shortens it), then 5 per write: op ('r' push a
 --       record, 'R' push it only when not there — sent again after a lost connection —, 'i'
 --       add an inbound QoS 2 id, 'c' claim a shared group's marker — the key — for the member
---       named by the value, 'C' the same sent again), key index, value, seen marker key index
+--       named by the value, 'C' the same sent again, 'l' remove an acknowledged record from
+--       the queue — LREM count 1 —), key index, value, seen marker key index
 --       ('0': none), index of the inbound message's marker index (session:qos2marks; '0':
 --       none — the marker then lives ARGV[2])
 """
@@ -387,7 +388,9 @@ for i = 4, #ARGV, 5 do
   local marks = tonumber(ARGV[i + 4])
   n = n + 1
   local was = marker > 0 and redis.call('GET', KEYS[marker])
-  if ARGV[i] == 'i' then
+  if ARGV[i] == 'l' then
+    out[n] = redis.call('LREM', key, 1, value)
+  elseif ARGV[i] == 'i' then
     out[n] = redis.call('SADD', key, value)
   elseif ARGV[i] == 'c' or ARGV[i] == 'C' then
     local claim = mine .. '>' .. value
@@ -426,7 +429,13 @@ return out
 checked once and the whole batch is refused (``FENCED``, nothing written) when the writing run
 holds none — the same fence as :data:`FENCED_RECORD` / :data:`FENCED_INBOUND_ID`, paid once per
 batch. The reply has one element per write (``1`` for a record, ``SADD``'s reply for an id,
-``1`` for a claim made and ``0`` for a group that has the message: ``core.shared_claims``).
+``1`` for a claim made and ``0`` for a group that has the message: ``core.shared_claims``,
+``LREM``'s reply for a removal).
+
+A removal (``'l'``) is a QoS 1 record the session acknowledged: it rides in the next batch's
+call (``RedisSessionStore.acknowledged``) rather than in an ``LREM`` of its own; refused with
+the batch (a run without a lease), the record stays and a resuming node sends it again — what
+a kill -9 before the removal leaves, an extra QoS 1 delivery, never a loss.
 
 A record with a seen marker is pushed only when the marker does not exist (``0``: the message
 is queued for that session already — another node recorded it, or it came here twice); a
@@ -434,12 +443,13 @@ write sent again after a lost connection (``R``) finds its own marker (the run's
 epoch) and is pushed only when not there."""
 
 FencedWrite = tuple[str, str, bytes | str, str, str]
-"""One write of :data:`FENCED_WRITES`: (``'r'`` a record, ``'i'`` an inbound id or ``'c'`` a
-shared group's claim, its key — the session's queue, its ``qos2in`` set, or the group's
-``shared:seen`` marker —, the record, the packet id or the member's client id, the record's
-``session:seen`` / ``shared:seen`` marker key or ``''``, and for a marker (or claim) of an
-inbound QoS 2 message id the message's marker index ``session:qos2marks:<message id>`` or
-``''``: such a marker lives until its exchange is released, not ``seen_ttl_ms``)."""
+"""One write of :data:`FENCED_WRITES`: (``'r'`` a record, ``'i'`` an inbound id, ``'c'`` a
+shared group's claim or ``'l'`` an acknowledged record's removal, its key — the session's queue,
+its ``qos2in`` set, or the group's ``shared:seen`` marker —, the record, the packet id or the
+member's client id, the record's ``session:seen`` / ``shared:seen`` marker key or ``''``, and
+for a marker (or claim) of an inbound QoS 2 message id the message's marker index
+``session:qos2marks:<message id>`` or ``''``: such a marker lives until its exchange is
+released, not ``seen_ttl_ms``)."""
 
 FORWARDED_SEEN_TTL_MS = 60_000
 """Lifetime of a ``session:seen`` marker: longer than a forwarded message can take to be

@@ -19,7 +19,7 @@ from xmq.contract.session_scripts import (
     FencedWrite,
     FencedWrites,
 )
-from xmq.store.redis_batcher import ScriptCall, script_sha
+from xmq.store.batch_entries import ScriptCall, script_sha
 from xmq.store.resp_connection import encode_command
 
 
@@ -32,7 +32,19 @@ class FencedCalls:
     """The calls of the run (``node_id``, ``epoch``); the batcher coalesces the writes of one
     ``FencedCalls`` (``combine``, this object as the group) into one call per flush."""
 
-    __slots__ = ("epoch", "node_id", "_constants", "_heads", "_layout", "_lease", "_sha", "_ttls")
+    __slots__ = (
+        "epoch",
+        "node_id",
+        "_constants",
+        "_heads",
+        "_layout",
+        "_lease",
+        "_lease_bulk",
+        "_pair_heads",
+        "_sha",
+        "_sha_bulk",
+        "_ttls",
+    )
 
     def __init__(
         self,
@@ -47,6 +59,15 @@ class FencedCalls:
         self._lease = keys.lease(writer[0])
         self._ttls = (seen_ttl_ms, mark_ttl_ms)
         self._constants = _bulk(writer[1]) + _bulk(seen_ttl_ms) + _bulk(mark_ttl_ms)
+        self._sha_bulk = _bulk(self._sha)
+        self._lease_bulk = _bulk(self._lease)
+        # two writes without markers: 18 arguments, 2 keys (lease, the key of both); 19 and 3
+        # when they write two keys
+        self._pair_heads = tuple(
+            b"*%d\r\n$7\r\nEVALSHA\r\n%b%b%b"
+            % (16 + n, _bulk(self._sha), _bulk(n), _bulk(self._lease))
+            for n in (2, 3)
+        )
         # one write: 13 arguments, 2 keys (lease, key); 14 and 3 with a seen marker (or an
         # inbound claim's marker index), 15 and 4 with a marker and its index
         self._heads = tuple(
@@ -57,7 +78,14 @@ class FencedCalls:
 
     def combine(self, writes: list[FencedWrite], once: bool) -> ScriptCall:
         """The call carrying ``writes`` (``once``: records pushed only when not there)."""
+        if len(writes) == 2:
+            pair = self._pair(writes[0], writes[1], once)
+            if pair is not None:
+                return pair
         if len(writes) != 1:
+            plain = self._plain(writes, once)
+            if plain is not None:
+                return plain
             text, keys, args = self._layout.build(writes, once)
             every: tuple[str | bytes | int, ...] = ("EVALSHA", self._sha, len(keys), *keys, *args)
             return text, every, encode_command(every)
@@ -102,5 +130,90 @@ class FencedCalls:
             b"%b$%d\r\n%b\r\n%b%b$1\r\n%b\r\n$1\r\n2\r\n$%d\r\n%b\r\n$1\r\n%b\r\n$1\r\n%b\r\n"
         ) % (
             head, len(name), name, extra, constants, op_bytes, len(data), data, at, indexed
+        )  # fmt: skip
+        return FENCED_WRITES, command, payload
+
+    def _plain(self, writes: list[FencedWrite], once: bool) -> ScriptCall | None:
+        """Writes without markers (an acknowledged record's removal and the next record, of one
+        session or two): encoded write by write, no ``pack_command``; None when one has a
+        marker (the generic encoding then)."""
+        keys: list[str] = [self._lease]
+        index: dict[str, int] = {}
+        args: list[str | bytes | int] = [self.epoch, self._ttls[0], self._ttls[1]]
+        names = b""
+        body = b""
+        for op, key, value, seen, marks in writes:
+            if seen or marks:
+                return None
+            at = index.get(key)
+            if at is None:
+                keys.append(key)
+                at = index[key] = len(keys)
+                name = key.encode()
+                names += b"$%d\r\n%b\r\n" % (len(name), name)
+            if once and (op == "r" or op == "c"):
+                op = op.upper()  # (the layout's push-if-absent, claim-unless-mine)
+            data = value if type(value) is bytes else str(value).encode()
+            number = str(at).encode()
+            body += b"$1\r\n%b\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n$1\r\n0\r\n$1\r\n0\r\n" % (
+                op.encode(),
+                len(number),
+                number,
+                len(data),
+                data,
+            )
+            args += (op, at, value, 0, 0)
+        count = str(len(keys)).encode()
+        payload = b"*%d\r\n$7\r\nEVALSHA\r\n%b$%d\r\n%b\r\n%b%b%b%b" % (
+            3 + len(keys) + len(args),
+            self._sha_bulk,
+            len(count),
+            count,
+            self._lease_bulk,
+            names,
+            self._constants,
+            body,
+        )
+        command: tuple[str | bytes | int, ...] = ("EVALSHA", self._sha, len(keys), *keys, *args)
+        return FENCED_WRITES, command, payload
+
+    def _pair(self, first: FencedWrite, second: FencedWrite, once: bool) -> ScriptCall | None:
+        """Two writes without markers (at low rates, an acknowledged record's removal and the
+        next record): one ``bytes`` format, as a one-write call; None when one has a marker."""
+        op, key, value, seen, marks = first
+        op2, key2, value2, seen2, marks2 = second
+        if seen or marks or seen2 or marks2:
+            return None
+        if once:
+            if op == "r" or op == "c":
+                op = op.upper()  # (the layout's push-if-absent, claim-unless-mine)
+            if op2 == "r" or op2 == "c":
+                op2 = op2.upper()
+        data = value if type(value) is bytes else str(value).encode()
+        data2 = value2 if type(value2) is bytes else str(value2).encode()
+        sha, lease, epoch = self._sha, self._lease, self.epoch
+        ttl, kept = self._ttls
+        name = key.encode()
+        if key2 == key:
+            command: tuple[str | bytes | int, ...] = (
+                "EVALSHA", sha, 2, lease, key, epoch, ttl, kept,
+                op, 2, value, 0, 0, op2, 2, value2, 0, 0,
+            )  # fmt: skip
+            head, names, at2 = self._pair_heads[0], b"", b"2"
+        else:
+            command = (
+                "EVALSHA", sha, 3, lease, key, key2, epoch, ttl, kept,
+                op, 2, value, 0, 0, op2, 3, value2, 0, 0,
+            )  # fmt: skip
+            other = key2.encode()
+            head, names, at2 = self._pair_heads[1], b"$%d\r\n%b\r\n" % (len(other), other), b"3"
+        # head, the first key (and the second), the constant arguments, then per write: op,
+        # key index, value, no marker, no marker index (a literal format: see ``combine``)
+        payload = (
+            b"%b$%d\r\n%b\r\n%b%b$1\r\n%b\r\n$1\r\n2\r\n$%d\r\n%b\r\n$1\r\n0\r\n$1\r\n0\r\n"
+            b"$1\r\n%b\r\n$1\r\n%b\r\n$%d\r\n%b\r\n$1\r\n0\r\n$1\r\n0\r\n"
+        ) % (
+            head, len(name), name, names, self._constants, op.encode(), len(data), data,
+            op2.encode(), at2, len(data2), data2,
         )  # fmt: skip
         return FENCED_WRITES, command, payload

@@ -1,10 +1,11 @@
 """Durable persistent sessions in Redis (implements ``core.cluster_ports.DurableStore``).
 
-Each QoS 1/2 message owed to a persistent session is one record in
-``session:queue:<client id>`` until the client acknowledges it (``LREM``, deferred to the next
-flush: ``RedisBatcher.deferred``). A QoS 2 record that
-went out also has its packet id in ``session:inflight:<client id>`` (``<id>`` or ``<id>:r``
-once PUBREC came), so a resuming node re-sends PUBLISH or PUBREL with the same packet id.
+Each QoS 1/2 message owed to a persistent session is one record in ``session:queue:<client id>``
+until the client acknowledges it (a QoS 1 record's removal rides in the next batch's
+``FENCED_WRITES`` call: ``RedisBatcher.deferred_coalesced``; a QoS 2 record's ``LREM`` and
+``HDEL`` are deferred commands: ``RedisBatcher.deferred``). A QoS 2 record that went out also
+has its packet id in ``session:inflight:<client id>`` (``<id>`` or ``<id>:r`` once PUBREC came),
+so a resuming node re-sends PUBLISH or PUBREL with the same packet id.
 
 ``max_queued_writes`` = 0: a delivery waits for its record (group-committed by the batcher:
 one pipeline per loop tick), and so does the publisher's acknowledgement: a record made with a
@@ -408,9 +409,17 @@ class RedisSessionStore:
         # before that PUBREL went out; the client answers PUBCOMP, nothing delivered twice).
         # Later commands (the state of a packet id used again) never pass them.
         batcher = self.batcher
+        if delivery.qos != 2:
+            # in the next batch's FENCED_WRITES call (no command nor reply of its own): refused
+            # with it (a run without a lease), the record stays, as after a kill -9
+            batcher.deferred_coalesced(
+                FencedCalls.combine, self._calls(), ("l", queue, raw, "", ""), (queue,), _ignore
+            )
+            return
+        # a QoS 2 record's LREM and HDEL go together, unfenced: a removal refused while its
+        # state went would leave a record a resuming node sends again as a new PUBLISH
         batcher.deferred(("LREM", queue, 1, raw), encode_lrem_one(queue, raw))
-        if delivery.qos == 2:
-            batcher.deferred(("HDEL", self._inflight_prefix + client_id, record_id_of(raw)))
+        batcher.deferred(("HDEL", self._inflight_prefix + client_id, record_id_of(raw)))
 
     def restored(self, session: Session, deliveries: Iterable[Delivery]) -> None:
         client_id = session.client_id

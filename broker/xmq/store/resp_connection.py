@@ -18,6 +18,7 @@ from typing import Any
 
 from hiredis import ProtocolError, Reader, pack_command
 
+from xmq.core.turn_flush import TurnFlush
 from xmq.store.redis_endpoint import RedisEndpoint
 from xmq.store.resp_errors import NoRedisMaster, RedisConnectionLost, RedisReplyError
 
@@ -90,8 +91,12 @@ class RespConnection(asyncio.Protocol):
         self._feed: Callable[[bytes], None] = self._reader.feed
         self._gets: Callable[[], Reply] = self._reader.gets
         self._waiting: deque[Callable[[Reply], None]] = deque()
-        self.closed = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.closed = loop.create_future()
         self.address = ""
+        # the per-turn flush its reads are reads of (``read_in_turns``), and the loop's clock
+        self._turn: TurnFlush | None = None
+        self._time: Callable[[], float] = loop.time
 
     @classmethod
     async def open(cls, endpoint: RedisEndpoint | str, timeout_s: float = 2.0) -> RespConnection:
@@ -190,9 +195,17 @@ class RespConnection(asyncio.Protocol):
     def waiting(self) -> int:
         return len(self._waiting)
 
+    def read_in_turns(self, turn: TurnFlush) -> None:
+        """Make each read a read of ``turn`` (``TurnFlush.begin_read``): what its replies' callbacks
+        write (a delivery, a held PUBACK, the batcher's next flush) goes at the read's end, not
+        in a ``call_soon`` of its own."""
+        self._turn = turn
+
     def data_received(self, data: bytes) -> None:
         gets = self._gets
         waiting = self._waiting
+        turn = self._turn
+        outer = turn is not None and turn.begin_read()
         try:
             self._feed(data)
             reply = gets()
@@ -202,6 +215,9 @@ class RespConnection(asyncio.Protocol):
                 reply = gets()
         except ProtocolError:
             self.close()  # not RESP: nothing after this can be matched to its command
+        finally:
+            if outer and turn is not None:
+                turn.end_read(self._time())
 
     def connection_lost(self, exc: Exception | None) -> None:
         waiting, self._waiting = self._waiting, deque()

@@ -1,12 +1,13 @@
 """A kill -9 between a subscriber's acknowledgement and its record's deferred removal.
 
-The removal of an acknowledged record (``LREM session:queue``; for QoS 2 also ``HDEL
-session:inflight``) is deferred: it rides with the node's next Redis flush
-(``RedisBatcher.deferred``). Node 1 reaches Redis through a gate that stalls its connection at
-that removal and is killed (SIGKILL) while it is held, so the removal never reaches Redis; the
-subscriber resumes its session on node 2. A QoS 1 message may come again (MQTT allows it); a
-QoS 2 message must not reach the client's application twice: node 2 finds its PUBREC state
-(``<id>:r``) and sends the PUBREL only. Nothing acknowledged is lost either way.
+The removal of an acknowledged record (QoS 1: an ``l`` write of ``FENCED_WRITES``; QoS 2: ``LREM
+session:queue`` and ``HDEL session:inflight``) is deferred: it rides with the node's next Redis
+flush (``RedisBatcher.deferred_coalesced``, ``RedisBatcher.deferred``). Node 1 reaches Redis
+through a gate that stalls its connection at that removal and is killed (SIGKILL) while it is
+held, so the removal never reaches Redis; the subscriber resumes its session on node 2. A QoS 1
+message may come again (MQTT allows it); a QoS 2 message must not reach the client's application
+twice: node 2 finds its PUBREC state (``<id>:r``) and sends the PUBREL only. Nothing
+acknowledged is lost either way.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ from xmq.codec.packets import Publish, Pubrel
 
 def removal_of(payload: bytes) -> bytes:
     """The removal of the record carrying ``payload`` from a session queue (the gate holds
-    the pipeline it is in; the record holds the payload as it is)."""
-    return rb"(?s)\$4\r\nLREM\r\n\$\d+\r\n[^\r]*session:queue:.{0,2000}?" + re.escape(payload)
+    the pipeline it is in; the record holds the payload as it is): a QoS 2 record's ``LREM``,
+    or a QoS 1 record's ``l`` write (op, key index, the record) in a ``FENCED_WRITES`` call."""
+    lrem = rb"\$4\r\nLREM\r\n\$\d+\r\n[^\r]*session:queue:"
+    fenced = rb"\$1\r\nl\r\n\$\d+\r\n\d+\r\n\$\d+\r\n"
+    return rb"(?s)(?:" + lrem + rb"|" + fenced + rb").{0,2000}?" + re.escape(payload)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.redis_server import RedisServer, running_redis
-from xmq.store.redis_batcher import LAZY_FLUSH_S, RedisBatcher
+from xmq.store.redis_batcher import LAZY_FLUSH_S, RedisBatcher, ScriptCall, script_call
 from xmq.store.resp_connection import encode_command
 
 pytestmark = pytest.mark.integration
@@ -79,6 +79,44 @@ async def test_deferred_commands_ride_with_the_next_flush_in_their_place(
         assert batcher.idle
     finally:
         sync.close()
+        await batcher.close()
+
+
+_EACH_SEES_ALL = "local out = {} for i = 1, #ARGV do out[i] = #ARGV end return out"
+
+
+def _each_sees_all(group: Any, items: list[Any], once: bool) -> ScriptCall:
+    """One script call for the items: each item's reply is how many the call carried."""
+    return script_call(_EACH_SEES_ALL, (), tuple(items))
+
+
+async def test_a_deferred_write_rides_in_its_group_s_next_call_or_goes_after_the_bound(
+    server: RedisServer,
+) -> None:
+    """An acknowledged record's removal (``deferred_coalesced``): no flush of its own; in the
+    next script call of its group, or alone in one once its bound has passed."""
+    batcher = RedisBatcher(server.url)
+    await batcher.start()
+    replies: list[Any] = []
+    try:
+        batcher.deferred_coalesced(_each_sees_all, "g", b"a", ("k1",), replies.append)
+        await asyncio.sleep(LAZY_FLUSH_S / 4)
+        assert (batcher.pipelines, batcher.settled) == (0, True)
+        batcher.coalesced(_each_sees_all, "g", b"b", ("k2",), replies.append)
+        assert not batcher.settled
+        await batcher.flush()
+        assert replies == [2, 2]  # one call carried both
+        pipelines = batcher.pipelines
+        batcher.deferred_coalesced(_each_sees_all, "g", b"c", ("k1",), replies.append)
+        await asyncio.sleep(LAZY_FLUSH_S / 4)
+        assert batcher.pipelines == pipelines  # not on its own tick
+        for _ in range(500):  # the bound's timer, then Redis's reply (5 s at most)
+            if _idle(batcher):
+                break
+            await asyncio.sleep(0.01)
+        assert replies == [2, 2, 1]
+        assert batcher.pipelines == pipelines + 1
+    finally:
         await batcher.close()
 
 

@@ -12,7 +12,7 @@ import gc
 import pytest
 import redis
 
-from tests.support.node_leases import write_lease
+from tests.support.node_leases import drop_lease, write_lease
 from tests.support.redis_server import RedisServer
 from tests.unit.store.test_fenced_records import (  # noqa: F401 - fixtures
     KEYS,
@@ -66,6 +66,32 @@ QUEUE = KEYS.session_queue("c1")
             id="inbound-claim",
         ),
         pytest.param([("i", KEYS.session_qos2_inbound("c1"), "65535", "", "")], id="inbound-id"),
+        pytest.param([("l", QUEUE, b"rec", "", "")], id="removal"),
+        pytest.param(
+            [("l", QUEUE, b"r1\r\n", "", ""), ("r", QUEUE, b"r2", "", "")],
+            id="removal-and-record",
+        ),
+        pytest.param(
+            [("l", KEYS.session_queue("c2"), b"r1", "", ""), ("r", QUEUE, b"r2", "", "")],
+            id="removal-and-record-of-two-sessions",
+        ),
+        pytest.param(
+            [
+                ("r", QUEUE, b"r1", "", ""),
+                ("r", QUEUE, b"r2", KEYS.session_seen("c1", "b/1/f2"), ""),
+            ],
+            id="two-records-one-forwarded",
+        ),
+        pytest.param(
+            [
+                ("l", KEYS.session_queue("c2"), b"r1", "", ""),
+                ("r", QUEUE, bytes(range(256)), "", ""),
+                ("l", QUEUE, b"r0", "", ""),
+                ("c", KEYS.shared_seen("m1", "g", "t/#"), "m2", "", ""),
+            ]
+            + [("r", KEYS.session_queue(f"c{n}"), b"r", "", "") for n in range(3, 12)],
+            id="plain-writes-of-many-sessions",
+        ),
         pytest.param(
             [
                 ("r", QUEUE, b"r1", "", ""),
@@ -105,6 +131,41 @@ async def _record_one_per_flush(store: RedisSessionStore, session: Session, coun
         session.deliver(message, 1, False, (), None, 0.0, DurableContext(hold))
         await asyncio.wait_for(store.flush(), 10)
     return hold
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("lease_held", [True, False])
+async def test_an_acknowledged_record_s_removal_rides_in_the_next_record_s_call(
+    server: RedisServer,  # noqa: F811 - the fixture
+    sync: redis.Redis,  # noqa: F811 - the fixture
+    lease_held: bool,
+) -> None:
+    sync.delete(QUEUE)
+    write_lease(sync, KEYS, *NODE)
+    batcher, store, session = await started_store(server, NodeIdentity(*NODE, online=True))
+    try:
+        await _record_one_per_flush(store, session, 1)
+        delivery = session.queue.popleft()
+        session.unqueued(delivery)
+        assert delivery.qos == 1
+        commands = batcher.commands
+        store.acknowledged(session, delivery)
+        await asyncio.sleep(0.01)
+        assert batcher.commands == commands  # the removal waits for the next record
+        assert sync.llen(QUEUE) == 1
+        if not lease_held:
+            drop_lease(sync, KEYS, NODE[0])
+        hold = await _record_one_per_flush(store, session, 1)
+    finally:
+        await batcher.close()
+    # one FENCED_WRITES call carried both (and store.flush's PING): no LREM of its own
+    assert batcher.commands == commands + 2
+    if lease_held:
+        assert (hold.released, hold.failed) == (1, 0)
+        assert sync.lrange(QUEUE, 0, -1) == [session.queue[0].record]  # the first is gone
+    else:  # refused with the batch: the acknowledged record stays (sent again on resume)
+        assert (hold.released, hold.failed) == (0, 1)
+        assert sync.lrange(QUEUE, 0, -1) == [delivery.record]
 
 
 @pytest.mark.integration
