@@ -336,6 +336,9 @@ class ClusterRuntime:
     async def _rejoined(self) -> None:
         try:
             await self._load_orphans()
+            # its links closed on going offline (a new epoch): as at start, clients wait
+            # until the peers' routes are known here again (``cluster.peer_routes``)
+            await self._wait_for_peer_routes()
         finally:
             self.identity.rejoining = False
         await self._load_retained()
@@ -361,7 +364,8 @@ class ClusterRuntime:
         # disconnected): messages published here for them go to their queues, not 0x10.
         self.retained.begin_load()
         if self._reload_task is None or self._reload_task.done():
-            self.identity.rejoining = True  # CONNECTs get 0x88 until the orphans are loaded
+            # CONNECTs get 0x88 until the orphans are loaded and the peers' routes known
+            self.identity.rejoining = True
             self._reload_task = asyncio.get_running_loop().create_task(
                 self._rejoined(), name="rejoin-reload"
             )

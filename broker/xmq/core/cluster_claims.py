@@ -48,7 +48,9 @@ async def claim_cluster_wide(
     if not identity.online:
         raise ClusterUnavailableError("node offline: no cluster lease")
     if identity.rejoining:
-        raise ClusterUnavailableError("node rejoining: loading its previous run's sessions")
+        raise ClusterUnavailableError(
+            "node rejoining: loading its previous run's sessions and its peers' routes"
+        )
     client_id = terms.client_id
     durable = terms.session_expiry_s > 0
     expected: tuple[str, int] | None = None
