@@ -68,6 +68,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.store.batch_entries",
     "xmq.store.batcher_link",
     "xmq.store.fenced_calls",
+    "xmq.store.session_records",
     "xmq.store.redis_session_store",
     "xmq.contract.message_record",
     "xmq.core.held_acks",

@@ -1,0 +1,298 @@
+"""The records of persistent sessions: encoded, written through the shared batcher (a held
+acknowledgement with ``max_queued_writes`` 0, fenced, a forwarded message recorded once per
+session), and publishers paused while too many wait — the base of
+``store.redis_session_store.RedisSessionStore`` (whose docstring tells the whole model).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from xmq.contract.keys import ClusterKeys
+from xmq.contract.message_record import encode_record
+from xmq.contract.session_scripts import (
+    FORWARDED_SEEN_TTL_MS,
+    INBOUND_MARK_TTL_MS,
+    INBOUND_RELEASE_GRACE_MS,
+    is_inbound_id,
+)
+from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity
+from xmq.core.message import Message
+from xmq.core.session import Delivery, Session, Subscription
+from xmq.core.shared_claims import claim_id
+from xmq.store.fenced_calls import FencedCalls
+from xmq.store.forwarded_marks import ForwardedMarks
+from xmq.store.redis_batcher import RedisBatcher
+
+if TYPE_CHECKING:
+    from xmq.core.ports import SessionClient
+
+log = logging.getLogger("xmq.store.sessions")
+
+_WAITING_LIMIT = 20_000
+"""With max_queued_writes 0: records waiting for Redis before publishers are paused."""
+
+
+class SessionRecords:
+    """Records of persistent sessions, written through the shared batcher."""
+
+    def __init__(
+        self,
+        batcher: RedisBatcher,
+        keys: ClusterKeys,
+        identity: NodeIdentity,
+        sessions: dict[str, Session],
+        clock: Callable[[], float],
+        max_queued_writes: int = 0,
+        seen_ttl_ms: int = FORWARDED_SEEN_TTL_MS,
+        release_grace_ms: int = INBOUND_RELEASE_GRACE_MS,
+        mark_ttl_ms: int = INBOUND_MARK_TTL_MS,
+    ) -> None:
+        self.batcher = batcher
+        self.keys = keys
+        self.identity = identity
+        self.sessions = sessions
+        self.clock = clock
+        self.max_queued_writes = max_queued_writes
+        self.ids_first = max_queued_writes == 0  # see DurableStore.ids_first
+        self.limit = max_queued_writes or _WAITING_LIMIT
+        self.unwritten = 0
+        self.records = 0
+        self.failed = 0  # writes given up (their acks were refused)
+        self.duplicates = 0  # records not made: the session had the message's id queued
+        self._last_id = 0  # of the records given an id of this node's own (``new_record``)
+        self._id_prefix = ""  # "<node id>/<epoch>/" of ``_id_run`` (the run's record ids)
+        self._id_run: tuple[str, int] = ("", -1)
+        self._paused: set[SessionClient] = set()
+        self.seen_ttl_ms = seen_ttl_ms
+        # an inbound QoS 2 message's markers: kept while its exchange is open (at most
+        # ``mark_ttl_ms``), ``release_grace_ms`` once it is released (RELEASE_INBOUND_ID)
+        self.release_grace_ms = release_grace_ms
+        self.mark_ttl_ms = mark_ttl_ms
+        # (client id, forward id) of the latest forwarded records made here (or read back by
+        # a claim, ``restored``): a message reaching one session by two paths is recorded once
+        self._recent = ForwardedMarks(clock)
+        self._fenced = FencedCalls(
+            keys, (identity.node_id, identity.epoch), seen_ttl_ms, mark_ttl_ms
+        )
+        # the per-message keys' constant parts (``keys.session_queue(id)`` is
+        # ``_queue_prefix + id``: a concatenation, not a call building the whole key)
+        self._queue_prefix = keys.session_queue("")
+        self._inflight_prefix = keys.session_inflight("")
+        self._last_record: tuple[Message, int, bool, tuple[int, ...], str, bytes] | None = None
+        """The last record encoded under a forwarded message's id (``new_record``)."""
+
+    # -- records ----------------------------------------------------------------------------
+
+    def new_record(
+        self,
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        record_id: str = "",
+    ) -> bytes:
+        """Encode a record under ``record_id`` (a forwarded message's id), else a new id.
+
+        The records of one forwarded message routed to many sessions here are equal (same
+        id, message and delivery terms): the last one encoded is given again, one object that
+        every queue holding it shares (``core.delivery_queue``), not one per session."""
+        if not record_id:
+            identity = self.identity
+            node_id, epoch = identity.node_id, identity.epoch
+            run = self._id_run
+            if epoch != run[1] or node_id != run[0]:  # (the prefix is built once per run)
+                self._id_run = (node_id, epoch)
+                self._id_prefix = f"{node_id}/{epoch}/"
+            self._last_id = number = self._last_id + 1
+            record_id = self._id_prefix + str(number)
+        else:
+            last = self._last_record
+            if (
+                last is not None
+                and last[0] is message
+                and last[1] == qos
+                and last[2] == retain
+                and last[3] == subscription_ids
+                and last[4] == record_id
+            ):
+                return last[5]
+            raw = self._encode(message, qos, retain, subscription_ids, record_id)
+            self._last_record = (message, qos, retain, subscription_ids, record_id, raw)
+            return raw
+        return self._encode(message, qos, retain, subscription_ids, record_id)
+
+    @staticmethod
+    def _encode(
+        message: Message,
+        qos: int,
+        retain: bool,
+        subscription_ids: tuple[int, ...],
+        record_id: str,
+    ) -> bytes:
+        return encode_record(
+            record_id,
+            message.topic,
+            message.payload,
+            message.qos,
+            message.retain,
+            message.properties,
+            message.origin,
+            qos,
+            retain,
+            subscription_ids,
+        )
+
+    def record(
+        self, session: Session, delivery: Delivery, now: float, context: DurableContext
+    ) -> bool:
+        message = delivery.message
+        forward_id = context.forward_id
+        mark: tuple[str, str] | None = None
+        share = delivery.share
+        seen = marks = ""
+        if share is None:
+            if forward_id:
+                mark = (session.client_id, forward_id)
+                if not self._recent.add(mark):
+                    # recorded here for this session already (it came two ways, or was sent
+                    # again): the session has it, which counts as delivered, but not twice
+                    self.duplicates += 1
+                    return True
+                seen = self.keys.session_seen(session.client_id, forward_id)
+                if message.qos == 2 and is_inbound_id(forward_id):
+                    # kept, in the message's index, until its exchange is released
+                    marks = self.keys.inbound_marks(forward_id)
+        else:
+            forward_id = ""
+            # a member's record of an inbound QoS 2 message marks the group: a re-sent
+            # PUBLISH routed again gives the group no second copy (core.shared_claims)
+            if message.qos == 2 and message.forward_id and share.share_group:
+                group_id = claim_id(message)
+                if group_id:
+                    seen = self.keys.shared_seen(group_id, share.share_group, share.topic_filter)
+                    marks = self.keys.inbound_marks(group_id)
+        raw = self.new_record(
+            message, delivery.qos, delivery.retain, delivery.subscription_ids, forward_id
+        )
+        delivery.record = raw
+        self.records += 1
+        self.unwritten += 1
+        if self.max_queued_writes == 0:
+            hold = context.hold
+            if hold is not None:
+                hold.hold()
+
+            def recorded(reply: Any) -> None:
+                self._written()
+                if isinstance(reply, BaseException):  # given up: no ack, no delivery
+                    self.failed += 1
+                    if mark is not None:  # not recorded: the message may come again
+                        self._recent.discard(mark)
+                    if "FENCED" not in str(reply):  # (fenced: said once by the batcher)
+                        log.error("record for %r not written: %r", session.client_id, reply)
+                    if hold is not None:
+                        hold.fail()
+                    return
+                if hold is not None:
+                    hold.release()  # written (or queued before): the publisher's ack may go
+                if reply == 0:  # its seen marker exists: queued for the session already
+                    self.duplicates += 1  # (or, shared, for another member of its group)
+                    settled = delivery.on_done
+                    if settled is not None:  # a SHARED frame's: the group has it
+                        delivery.on_done = None
+                        settled()
+                    return
+                store: object = session.store  # (typed as the port; this object is one)
+                if store is self:
+                    session.deliver_recorded(delivery, self.clock())
+
+            self._push(session.client_id, raw, seen, marks, recorded)
+            if self.unwritten > self.limit:
+                self._pause(message.origin)
+            return True
+        self._push(session.client_id, raw, seen, marks, self._written_reply)
+        if self.unwritten > self.limit:
+            self._pause(message.origin)
+        return session.deliver_recorded(delivery, now)
+
+    def _push(
+        self, client_id: str, raw: bytes, seen: str, marks: str, callback: Callable[[Any], None]
+    ) -> None:
+        """``RPUSH`` the record (and ``SET`` its ``seen`` marker, when it has one, unless the
+        marker exists; ``marks``: the inbound message's marker index it joins) while this run
+        holds its lease; a stale run's write is refused (``FENCED``: the callback gets the
+        failure)."""
+        queue = self._queue_prefix + client_id
+        written: tuple[str, ...]
+        if marks:
+            item, written = ("r", queue, raw, seen, marks), (queue, seen, marks)
+        elif seen:
+            item, written = ("r", queue, raw, seen, ""), (queue, seen)
+        else:
+            item, written = ("r", queue, raw, "", ""), (queue,)
+        self.batcher.coalesced(FencedCalls.combine, self._calls(), item, written, callback)
+
+    def claim_shared(
+        self,
+        share: Subscription,
+        message_id: str,
+        hold: DurableHold | None,
+        claimed: Callable[[bool], None],
+    ) -> None:
+        """Claim ``share``'s group for the message (``SET shared:seen:...`` unless it exists,
+        in this run's ``FENCED_WRITES`` call); ``claimed(True)`` once written, ``claimed(False)``
+        when the group has it already; on a write given up (or fenced) neither: ``hold`` fails."""
+        group = share.share_group or ""
+        key = self.keys.shared_seen(message_id, group, share.topic_filter)
+        if hold is not None:
+            hold.hold()
+        member = share.session.client_id
+
+        def answered(reply: Any) -> None:
+            if isinstance(reply, BaseException):
+                self.failed += 1
+                if "FENCED" not in str(reply):
+                    log.error("shared claim for %r not written: %r", member, reply)
+                if hold is not None:
+                    hold.fail()
+                return
+            if hold is not None:
+                hold.release()
+            if reply == 0:
+                self.duplicates += 1
+            claimed(reply == 1)
+
+        marks = self.keys.inbound_marks(message_id)  # the claim lives while the exchange is open
+        item = ("c", key, member, "", marks)
+        self.batcher.coalesced(FencedCalls.combine, self._calls(), item, (key, marks), answered)
+
+    def _calls(self) -> FencedCalls:
+        """This run's ``FENCED_WRITES`` calls (the batcher coalesces the writes of one
+        ``FencedCalls``: of one run)."""
+        fenced = self._fenced
+        identity = self.identity
+        if fenced.epoch != identity.epoch or fenced.node_id != identity.node_id:
+            fenced = self._fenced = FencedCalls(
+                self.keys, (identity.node_id, identity.epoch), self.seen_ttl_ms, self.mark_ttl_ms
+            )
+        return fenced
+
+    def _written_reply(self, reply: Any) -> None:
+        self._written()
+
+    def _written(self) -> None:
+        self.unwritten -= 1
+        if self._paused and self.unwritten <= self.limit // 2:
+            paused, self._paused = self._paused, set()
+            for conn in paused:
+                conn.link.resume_reading()
+
+    def _pause(self, origin: str | None) -> None:
+        session = self.sessions.get(origin) if origin is not None else None
+        conn = session.connection if session is not None else None
+        if conn is not None and conn not in self._paused:
+            self._paused.add(conn)
+            conn.link.pause_reading()
