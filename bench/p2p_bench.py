@@ -7,7 +7,7 @@ go into ``data_received``. Every pair has its own topic, as in ``xmq bench p2p``
 microseconds per message: what the broker spends in Python and uvloop's callbacks per message,
 without the system calls.
 
-    .venv/bin/python bench/p2p_bench.py [--pairs 2000] [--messages 100000] [--batch 10]
+    .venv/bin/python -m bench.p2p_bench [--pairs 2000] [--messages 100000] [--batch 10]
 """
 
 from __future__ import annotations
@@ -17,62 +17,15 @@ import asyncio
 import cProfile
 import pstats
 import time
-from typing import Any
 
 import uvloop
 
-from xmq.codec.packets import Connect, Puback, Publish, Subscribe, SubscriptionRequest
+from bench.fake_transports import V5, connect_client
+from xmq.codec.packets import Puback, Publish, Subscribe, SubscriptionRequest
 from xmq.codec.writer import encode
-from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
 from xmq.core.settings import CoreSettings
-from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol
-
-V5 = 5
-
-
-class FakeTransport:
-    """The few transport methods the protocol calls; keeps the last write."""
-
-    __slots__ = ("last", "writes")
-
-    def __init__(self) -> None:
-        self.last = b""
-        self.writes = 0
-
-    def write(self, data: Any) -> None:
-        self.last = data
-        self.writes += 1
-
-    def is_closing(self) -> bool:
-        return False
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def can_write_eof(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-
-async def _client(
-    broker: Broker, scheduler: FlushScheduler, client_id: str
-) -> tuple[MqttClientProtocol, FakeTransport]:
-    proto = MqttClientProtocol(broker, AnonymousAuthenticator(), AllowAll(), scheduler, 1 << 20)
-    transport = FakeTransport()
-    proto.connection_made(transport)  # type: ignore[arg-type]
-    proto.data_received(encode(Connect(client_id=client_id), V5))
-    for _ in range(3):
-        await asyncio.sleep(0)
-    return proto, transport
+from xmq.net.client_protocol import FlushScheduler
 
 
 async def run(pairs: int, messages: int, batch: int, profile: bool) -> None:
@@ -82,9 +35,9 @@ async def run(pairs: int, messages: int, batch: int, profile: bool) -> None:
     publishers = []
     subscribers = []
     for n in range(pairs):
-        sub, sub_t = await _client(broker, scheduler, f"s{n}")
+        sub, sub_t = await connect_client(broker, scheduler, f"s{n}")
         sub.data_received(encode(Subscribe(1, [SubscriptionRequest(f"p2p/{n}", 1)]), V5))
-        pub, _ = await _client(broker, scheduler, f"p{n}")
+        pub, _ = await connect_client(broker, scheduler, f"p{n}")
         publishers.append((pub, n))
         subscribers.append((sub, sub_t))
     await asyncio.sleep(0)
