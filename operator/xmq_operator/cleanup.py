@@ -19,10 +19,11 @@ from xmq_operator.dead_pods import (
     releases_for_restarted_container,
     sweep,
 )
+from xmq_operator.desired_state import parse_spec
 from xmq_operator.events import post_event
 from xmq_operator.kube_api import KubeError
 from xmq_operator.naming import LABEL_INSTANCE, ClusterNames
-from xmq_operator.reconciler import Reconciler, parse_spec
+from xmq_operator.reconciler import Reconciler
 from xmq_operator.redis_state import ClusterRedis
 from xmq_operator.spec import API_GROUP, API_VERSION, KIND
 from xmq_operator.statefulset import BROKER_CONTAINER

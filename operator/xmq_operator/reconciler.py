@@ -1,150 +1,35 @@
 """One reconciliation of an XmqCluster: children, roll step, observation, status.
 
-The kopf handlers (:mod:`xmq_operator.handlers`) are thin wrappers around this class.
+The kopf handlers (:mod:`xmq_operator.handlers`) are thin wrappers around this class. The
+desired children come from :mod:`xmq_operator.desired_state`, the status from
+:mod:`xmq_operator.reconcile_outcome`.
 Nothing here raises for a bad spec, a missing Secret or an unreachable Redis: those become a
 ``Degraded`` condition with a reason, and the caller re-checks later.
 """
 
 from __future__ import annotations
 
-import base64
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from xmq_operator import manifests
-from xmq_operator.broker_config import (
-    InvalidBrokerConfigError,
-    build_broker_config,
-    config_yaml,
-    redis_cluster_name,
-    restart_hash,
-    stable_hash,
-    validate_broker_config,
-)
+from xmq_operator.broker_config import InvalidBrokerConfigError, redis_cluster_name
+from xmq_operator.desired_state import Desired, parse_spec, render, secret_value, spec_error
 from xmq_operator.events import post_event
 from xmq_operator.kube_api import KubeApi, KubeError
-from xmq_operator.naming import (
-    RESTART_ANNOTATION,
-    TEMPLATE_HASH_ANNOTATION,
-    ClusterNames,
-    image_version,
-    is_paused,
-)
+from xmq_operator.naming import ClusterNames, is_paused
 from xmq_operator.pod_health import creation_refusals, pod_problems
 from xmq_operator.pod_steps import PodSteps
+from xmq_operator.reconcile_outcome import Outcome, Seen, reconcile_outcome, template_hash_of
 from xmq_operator.redis_state import ClusterRedis, RedisPool, RedisUnavailableError
-from xmq_operator.rollout import Action, RollDecision, pod_view
+from xmq_operator.rollout import Action
 from xmq_operator.spec import API_GROUP, API_VERSION, KIND, ClusterSpec
-from xmq_operator.statefulset import pod_template, statefulset
-from xmq_operator.status import Observation, Problem, status_patch
+from xmq_operator.status import Problem
 
 logger = logging.getLogger(__name__)
-
-STEADY_RECHECK_SECONDS = 30.0
-
-
-@dataclass(slots=True)
-class Outcome:
-    """What one reconciliation decided: the status to write and when to look again."""
-
-    status: dict[str, Any]
-    retry_after: float | None
-    problems: list[Problem] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True)
-class Desired:
-    """The rendered children of a valid spec."""
-
-    spec: ClusterSpec
-    cluster_name: str
-    config_hash: str
-    config_revision: str
-    template_hash: str
-    children: tuple[dict[str, Any], ...]
-    statefulset: dict[str, Any]
-
-
-def secret_value(kube: KubeApi, namespace: str, name: str, key: str) -> str:
-    """A Secret's value, or raise :class:`LookupError` naming what is missing."""
-    secret = kube.get_optional("v1", "Secret", namespace, name)
-    if secret is None:
-        raise LookupError(f"Secret {namespace}/{name} not found")
-    data = secret.get("data") or {}
-    if key not in data:
-        raise LookupError(f"Secret {namespace}/{name} has no key {key!r}")
-    return base64.b64decode(data[key]).decode()
-
-
-def parse_spec(body: dict[str, Any]) -> ClusterSpec:
-    return ClusterSpec.model_validate(body.get("spec") or {})
-
-
-def spec_error(exc: ValidationError) -> str:
-    """The first error of an invalid spec, with its field path."""
-    error = exc.errors()[0]
-    where = ".".join(str(part) for part in error["loc"])
-    return (
-        f"spec is invalid: {where}: {error['msg']}" if where else f"spec is invalid: {error['msg']}"
-    )
-
-
-def render(body: dict[str, Any], spec: ClusterSpec) -> Desired:
-    """Every child manifest of the cluster (raises InvalidBrokerConfigError)."""
-    metadata = body["metadata"]
-    names = ClusterNames(metadata["name"], metadata["namespace"])
-    labels = names.labels(image_version(spec.image))
-    cluster_name = redis_cluster_name(spec, names)
-    config = build_broker_config(spec, cluster_name)
-    validate_broker_config(config)
-    config_hash = restart_hash(config)
-    revision = stable_hash(config, 10)
-    restarted_at = (metadata.get("annotations") or {}).get(RESTART_ANNOTATION)
-    template = pod_template(
-        spec,
-        names,
-        labels,
-        config_hash=config_hash,
-        restarted_at=restarted_at,
-        cluster_uid=metadata["uid"],
-        config_map=names.config_revision(revision),
-    )
-    children = [
-        manifests.config_map(names, body, labels, config_yaml(config), revision),
-        manifests.headless_service(names, body, labels, spec),
-        manifests.client_service(names, body, labels, spec),
-    ]
-    if spec.pod_disruption_budget.enabled:
-        children.append(manifests.pod_disruption_budget(names, body, labels, spec))
-    return Desired(
-        spec=spec,
-        cluster_name=cluster_name,
-        config_hash=config_hash,
-        config_revision=names.config_revision(revision),
-        template_hash=template["metadata"]["annotations"][TEMPLATE_HASH_ANNOTATION],
-        children=tuple(children),
-        statefulset=statefulset(spec, names, body, labels, template),
-    )
-
-
-@dataclass(slots=True)
-class Seen:
-    """What one reconciliation observed and did (input of the status)."""
-
-    problems: list[Problem] = field(default_factory=list)
-    desired: Desired | None = None
-    applied: bool = False
-    decision: RollDecision | None = None
-    scaling_in: bool = False
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    live_statefulset: dict[str, Any] | None = None
-    members: list[str] | None = None
 
 
 class Reconciler:
@@ -357,61 +242,14 @@ class Reconciler:
 
     @staticmethod
     def _template_applied(live: dict[str, Any] | None, desired: Desired) -> bool:
-        return _template_hash(live) == desired.template_hash
+        return template_hash_of(live) == desired.template_hash
 
     def _finish(
         self, body: dict[str, Any], names: ClusterNames, seen: Seen, paused: bool
     ) -> Outcome:
-        metadata = body["metadata"]
-        generation = int(metadata.get("generation") or 0)
-        previous = body.get("status") or {}
-        applied_generation = (
-            generation if seen.applied else int(previous.get("observedGeneration") or 0)
-        )
-        desired = seen.desired
-        running_hash = desired.template_hash if seen.applied and desired else None
-        running_hash = running_hash or _template_hash(seen.live_statefulset)
-        spec_replicas = int((body.get("spec") or {}).get("replicas", 0) or 0)
-        if seen.live_statefulset is not None and not seen.applied:
-            spec_replicas = int(seen.live_statefulset.get("spec", {}).get("replicas", 0) or 0)
-        elif desired is not None:
-            spec_replicas = desired.spec.replicas
-        views = [pod_view(pod) for pod in seen.pods]
-        current = [view for view in views if not view.terminating]
-        extra: dict[str, Any] = {"selector": names.selector()}
-        if seen.applied and desired is not None:
-            extra.update(
-                configHash=desired.config_hash,
-                templateHash=desired.template_hash,
-                clusterName=desired.cluster_name,
-            )
-        decision = seen.decision
-        extra["rollout"] = (
-            None if decision is None else {"reason": decision.reason, "pod": decision.pod or ""}
-        )
-        obs = Observation(
-            replicas=spec_replicas,
-            ready_replicas=sum(1 for view in current if view.ready),
-            updated_replicas=sum(
-                1 for view in current if running_hash and view.template_hash == running_hash
-            ),
-            current_replicas=len(current),
-            paused=paused,
-            roll=decision,
-            problems=seen.problems,
-            members=seen.members,
-            extra=extra,
-            applied_generation=applied_generation,
-            scaling_in=seen.scaling_in,
-        )
-        status = status_patch(previous, obs, generation, datetime.now(UTC))
+        outcome = reconcile_outcome(body, names, seen, paused)
         self._warn(body, seen.problems)
-        retry_after: float | None = None
-        if decision is not None and decision.in_progress:
-            retry_after = decision.retry_after or 2.0
-        if seen.problems and retry_after is None:
-            retry_after = STEADY_RECHECK_SECONDS
-        return Outcome(status=status, retry_after=retry_after, problems=seen.problems)
+        return outcome
 
     def _warn(self, body: dict[str, Any], problems: list[Problem]) -> None:
         """One Warning Event per problem reason that newly appeared."""
@@ -433,11 +271,3 @@ class Reconciler:
 
 class NamespaceInUseError(LookupError):
     """The cluster's Redis key namespace is recorded for another XmqCluster."""
-
-
-def _template_hash(statefulset_body: dict[str, Any] | None) -> str | None:
-    if statefulset_body is None:
-        return None
-    template = statefulset_body.get("spec", {}).get("template", {})
-    value = (template.get("metadata", {}).get("annotations") or {}).get(TEMPLATE_HASH_ANNOTATION)
-    return str(value) if value else None

@@ -32,7 +32,8 @@ import redis
 from xmq.bench.migration import pid_listening_on
 
 if TYPE_CHECKING:
-    from xmq.bench.survivability import Client, Run
+    from xmq.bench.survivability import Run
+    from xmq.bench.survivability_client import Client
 
 FAULTS = (
     "kill",

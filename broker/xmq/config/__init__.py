@@ -1,17 +1,15 @@
 """The broker's configuration model (pydantic-settings)."""
 
 from xmq.config.cluster_section import ClusterConfig, LinkTlsConfig, PersistenceConfig
+from xmq.config.limits_section import LimitsConfig, MqttConfig
+from xmq.config.listener_section import ListenerConfig, TlsConfig
 from xmq.config.model import (
     AuthConfig,
     BrokerConfig,
-    LimitsConfig,
-    ListenerConfig,
     LogConfig,
     MetricsConfig,
-    MqttConfig,
     ShutdownConfig,
     SysConfig,
-    TlsConfig,
     load_config,
 )
 

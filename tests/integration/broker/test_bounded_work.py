@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from bench.abuse_bench import park_sessions
+from bench.abuse_clients import park_sessions
 from tests.support.broker_process import BrokerProcess
 from tests.support.http_probe import http, metric, wait_port
 from tests.support.raw_client import RawClient

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from bench.abuse_bench import park_sessions
+from bench.abuse_clients import park_sessions
 from tests.integration.broker.test_bounded_work import MAX_STALL_S, _ping_time
 from tests.integration.cluster.test_node_faults import _reset_link
 from tests.support.cluster_nodes import ClusterNodes

@@ -6,9 +6,11 @@ from typing import Any, cast
 
 from tests.unit.xmq_operator.cluster_bodies import cluster_body
 from tests.unit.xmq_operator.fake_kube import FakeKube, FakeRedisPool, pod, redis_secret
+from xmq_operator.desired_state import parse_spec, render
 from xmq_operator.kube_api import KubeApi
 from xmq_operator.naming import PAUSED_ANNOTATION
-from xmq_operator.reconciler import Outcome, Reconciler, parse_spec, render
+from xmq_operator.reconcile_outcome import Outcome
+from xmq_operator.reconciler import Reconciler
 from xmq_operator.redis_state import RedisPool
 
 

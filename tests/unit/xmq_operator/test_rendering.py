@@ -9,13 +9,13 @@ from tests.support.pod_security import restricted_violations
 from tests.unit.xmq_operator.cluster_bodies import cluster_body
 from xmq.contract import pod as pod_contract
 from xmq_operator.broker_config import InvalidBrokerConfigError
+from xmq_operator.desired_state import Desired, parse_spec, render
 from xmq_operator.naming import (
     CONFIG_HASH_ANNOTATION,
     LABEL_MANAGED_BY,
     RESTART_ANNOTATION,
     TEMPLATE_HASH_ANNOTATION,
 )
-from xmq_operator.reconciler import Desired, parse_spec, render
 
 
 def _render(
@@ -341,7 +341,7 @@ def test_the_pdb_lets_unready_pods_be_evicted() -> None:
 def test_an_invalid_resource_quantity_is_an_invalid_spec(quantity: object) -> None:
     from pydantic import ValidationError
 
-    from xmq_operator.reconciler import spec_error
+    from xmq_operator.desired_state import spec_error
 
     body = cluster_body({"resources": {"requests": {"cpu": quantity}}})
     with pytest.raises(ValidationError) as caught:
