@@ -27,9 +27,12 @@ ScriptCall = tuple[str, tuple[Any, ...], bytes]
 """A script call ready to send: its text (for ``EVAL`` after a ``NOSCRIPT`` reply), its
 ``EVALSHA`` command's arguments and their RESP encoding (see :func:`script_call`)."""
 
-Combine = Callable[[Any, list[Any], bool], ScriptCall]
-"""``combine(group, items, once)``: the script call carrying ``items``; ``once``: the form to
-send again after a lost connection (it may have been applied)."""
+Combine = Callable[[Any, list[Any], bool, bool], ScriptCall]
+"""``combine(group, items, once, bare)``: the script call carrying ``items``; ``once``: the form
+to send again after a lost connection (it may have been applied); ``bare``: its arguments may
+be left out (``()``): the first send writes the payload only, and a retry or a log line asks
+for them again (``BatchEntry.arguments``) — at low rates no argument tuple is made and freed
+per message."""
 
 _SHAS: dict[str, str] = {}
 
@@ -97,6 +100,16 @@ class BatchEntry:
         if batcher is not None:
             batcher.replied(self, reply)
 
+    def arguments(self) -> tuple[Any, ...]:
+        """The command's arguments: a coalesced call's are built now if its first send left
+        them out (``combine(..., bare=True)``)."""
+        args = self.args
+        items = self.items
+        if not args and items is not None:
+            first = items[0]
+            args = self.args = first[0](first[1], [item[2] for item in items], False, False)[1]
+        return args
+
     def rewrite(self, args: tuple[Any, ...]) -> None:
         self.args = args
         self.payload = encode_command(args)
@@ -127,9 +140,15 @@ def answer(entry: BatchEntry, reply: Any) -> None:
 
 def hand_out(items: list[CoalescedItem], reply: Any) -> None:
     """The reply of a coalesced call, handed out per item (an error to each of them)."""
-    many = type(reply) is list and len(reply) == len(items)
-    for n, item in enumerate(items):
+    if type(reply) is list and len(reply) == len(items):
+        for n, item in enumerate(items):
+            try:
+                item[4](reply[n])
+            except Exception:
+                log.exception("redis reply callback failed")
+        return
+    for item in items:
         try:
-            item[4](reply[n] if many else reply)
+            item[4](reply)
         except Exception:
             log.exception("redis reply callback failed")

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from xmq.core.turn_flush import TurnFlush
-from xmq.store.batch_entries import BatchEntry, CoalescedItem, answer
+from xmq.store.batch_entries import BatchEntry, CoalescedItem, answer, hand_out
 from xmq.store.redis_endpoint import RedisEndpoint
 from xmq.store.redis_errors import (
     RedisStats,
@@ -155,7 +155,7 @@ class BatcherLink:
     def _lost_form(items: list[CoalescedItem]) -> tuple[Any, ...]:
         """A coalesced call's form to send again after a lost connection."""
         first = items[0]
-        return first[0](first[1], [item[2] for item in items], True)[1]
+        return first[0](first[1], [item[2] for item in items], True, False)[1]
 
     def _flush(self) -> None:
         """Send what is queued (``RedisBatcher._flush``)."""
@@ -188,7 +188,11 @@ class BatcherLink:
                 self._backoff_s = BACKOFF_FIRST_S  # Redis answers again
             if entry.failing_since:
                 self.stats.recovered += 1
-            answer(entry, value)
+            items = entry.items
+            if items is not None:  # a coalesced call: each item its element
+                hand_out(items, value)
+            else:
+                answer(entry, value)
         if not self._inflight:
             if self._pending:
                 if not self._armed:
@@ -210,8 +214,8 @@ class BatcherLink:
             if kind == "fenced":  # this run lost its lease: counted, said once
                 self._log_fenced(error)
             else:
-                log.error("redis %s failed: %r", entry.args[0], error)
-            error = RedisWriteFailed(f"{entry.args[0]}: {error}")
+                log.error("redis %s failed: %r", entry.arguments()[0], error)
+            error = RedisWriteFailed(f"{entry.arguments()[0]}: {error}")
         answer(entry, error)
 
     def _log_fenced(self, error: RedisReplyError) -> None:
@@ -240,21 +244,21 @@ class BatcherLink:
                 self.stats.given_up += 1
                 log.error(
                     "redis %s given up after %.1fs of %s: %r",
-                    entry.args[0],
+                    entry.arguments()[0],
                     now - entry.failing_since,
                     kind,
                     error,
                 )
-                error = RedisWriteFailed(f"{entry.args[0]}: {kind} for {self.retry_for_s}s")
+                error = RedisWriteFailed(f"{entry.arguments()[0]}: {kind} for {self.retry_for_s}s")
             answer(entry, error)
             return
         if kind == "noscript":
             assert entry.script is not None
-            entry.rewrite(("EVAL", entry.script, *entry.args[2:]))
+            entry.rewrite(("EVAL", entry.script, *entry.arguments()[2:]))
         elif kind == "connection_lost" and entry.items is not None and entry.if_lost is None:
             entry.if_lost = self._lost_form(entry.items)
         if kind == "connection_lost" and entry.if_lost is not None:
-            if entry.args[0] == "EVAL":  # (sent as EVAL after a NOSCRIPT already)
+            if entry.arguments()[0] == "EVAL":  # (sent as EVAL after a NOSCRIPT already)
                 entry.rewrite(("EVAL", entry.script, *entry.if_lost[2:]))
             else:
                 entry.rewrite(entry.if_lost)

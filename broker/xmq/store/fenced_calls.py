@@ -76,10 +76,12 @@ class FencedCalls:
             for n in (2, 3, 4)
         )
 
-    def combine(self, writes: list[FencedWrite], once: bool) -> ScriptCall:
-        """The call carrying ``writes`` (``once``: records pushed only when not there)."""
+    def combine(self, writes: list[FencedWrite], once: bool, bare: bool = False) -> ScriptCall:
+        """The call carrying ``writes`` (``once``: records pushed only when not there;
+        ``bare``: the payload only, the arguments ``()`` for a one- or two-write call — the
+        batcher's first send, ``batch_entries.Combine``)."""
         if len(writes) == 2:
-            pair = self._pair(writes[0], writes[1], once)
+            pair = self._pair(writes[0], writes[1], once, bare)
             if pair is not None:
                 return pair
         if len(writes) != 1:
@@ -94,30 +96,20 @@ class FencedCalls:
             op = op.upper()  # (the layout's push-if-absent, claim-unless-mine)
         data = value if type(value) is bytes else str(value).encode()
         name = key.encode()
-        sha, lease, epoch = self._sha, self._lease, self.epoch
-        ttl, kept = self._ttls
         if seen:
             marker = seen.encode()
             extra = b"$%d\r\n%b\r\n" % (len(marker), marker)
             if marks:
                 index = marks.encode()
                 extra += b"$%d\r\n%b\r\n" % (len(index), index)
-                command: tuple[str | bytes | int, ...] = (
-                    "EVALSHA", sha, 4, lease, key, seen, marks, epoch, ttl, kept, op, 2, value, 3, 4
-                )  # fmt: skip
                 head, at, indexed = self._heads[2], b"3", b"4"
             else:
-                command = (
-                    "EVALSHA", sha, 3, lease, key, seen, epoch, ttl, kept, op, 2, value, 3, 0
-                )  # fmt: skip
                 head, at, indexed = self._heads[1], b"3", b"0"
         elif marks:
             index = marks.encode()
             extra = b"$%d\r\n%b\r\n" % (len(index), index)
-            command = ("EVALSHA", sha, 3, lease, key, marks, epoch, ttl, kept, op, 2, value, 0, 3)
             head, at, indexed = self._heads[1], b"0", b"3"
         else:
-            command = ("EVALSHA", sha, 2, lease, key, epoch, ttl, kept, op, 2, value, 0, 0)
             head, extra, at, indexed = self._heads[0], b"", b"0", b"0"
         constants, op_bytes = self._constants, op.encode()
         # head, the key, its seen marker and marker index (or nothing), the constant
@@ -131,7 +123,23 @@ class FencedCalls:
         ) % (
             head, len(name), name, extra, constants, op_bytes, len(data), data, at, indexed
         )  # fmt: skip
-        return FENCED_WRITES, command, payload
+        return FENCED_WRITES, () if bare else self._one(op, key, value, seen, marks), payload
+
+    def _one(
+        self, op: str, key: str, value: str | bytes, seen: str, marks: str
+    ) -> tuple[str | bytes | int, ...]:
+        """A one-write call's arguments (the layout ``combine`` encodes)."""
+        sha, lease, epoch = self._sha, self._lease, self.epoch
+        ttl, kept = self._ttls
+        if seen:
+            if marks:
+                return (
+                    "EVALSHA", sha, 4, lease, key, seen, marks, epoch, ttl, kept, op, 2, value, 3, 4
+                )  # fmt: skip
+            return ("EVALSHA", sha, 3, lease, key, seen, epoch, ttl, kept, op, 2, value, 3, 0)
+        if marks:
+            return ("EVALSHA", sha, 3, lease, key, marks, epoch, ttl, kept, op, 2, value, 0, 3)
+        return ("EVALSHA", sha, 2, lease, key, epoch, ttl, kept, op, 2, value, 0, 0)
 
     def _plain(self, writes: list[FencedWrite], once: bool) -> ScriptCall | None:
         """Writes without markers (an acknowledged record's removal and the next record, of one
@@ -177,7 +185,9 @@ class FencedCalls:
         command: tuple[str | bytes | int, ...] = ("EVALSHA", self._sha, len(keys), *keys, *args)
         return FENCED_WRITES, command, payload
 
-    def _pair(self, first: FencedWrite, second: FencedWrite, once: bool) -> ScriptCall | None:
+    def _pair(
+        self, first: FencedWrite, second: FencedWrite, once: bool, bare: bool
+    ) -> ScriptCall | None:
         """Two writes without markers (at low rates, an acknowledged record's removal and the
         next record): one ``bytes`` format, as a one-write call; None when one has a marker."""
         op, key, value, seen, marks = first
@@ -191,20 +201,10 @@ class FencedCalls:
                 op2 = op2.upper()
         data = value if type(value) is bytes else str(value).encode()
         data2 = value2 if type(value2) is bytes else str(value2).encode()
-        sha, lease, epoch = self._sha, self._lease, self.epoch
-        ttl, kept = self._ttls
         name = key.encode()
         if key2 == key:
-            command: tuple[str | bytes | int, ...] = (
-                "EVALSHA", sha, 2, lease, key, epoch, ttl, kept,
-                op, 2, value, 0, 0, op2, 2, value2, 0, 0,
-            )  # fmt: skip
             head, names, at2 = self._pair_heads[0], b"", b"2"
         else:
-            command = (
-                "EVALSHA", sha, 3, lease, key, key2, epoch, ttl, kept,
-                op, 2, value, 0, 0, op2, 3, value2, 0, 0,
-            )  # fmt: skip
             other = key2.encode()
             head, names, at2 = self._pair_heads[1], b"$%d\r\n%b\r\n" % (len(other), other), b"3"
         # head, the first key (and the second), the constant arguments, then per write: op,
@@ -216,4 +216,19 @@ class FencedCalls:
             head, len(name), name, names, self._constants, op.encode(), len(data), data,
             op2.encode(), at2, len(data2), data2,
         )  # fmt: skip
+        if bare:
+            return FENCED_WRITES, (), payload
+        sha, lease, epoch = self._sha, self._lease, self.epoch
+        ttl, kept = self._ttls
+        command: tuple[str | bytes | int, ...]
+        if key2 == key:
+            command = (
+                "EVALSHA", sha, 2, lease, key, epoch, ttl, kept,
+                op, 2, value, 0, 0, op2, 2, value2, 0, 0,
+            )  # fmt: skip
+        else:
+            command = (
+                "EVALSHA", sha, 3, lease, key, key2, epoch, ttl, kept,
+                op, 2, value, 0, 0, op2, 3, value2, 0, 0,
+            )  # fmt: skip
         return FENCED_WRITES, command, payload

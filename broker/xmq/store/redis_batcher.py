@@ -34,7 +34,7 @@ have): an acknowledged write survives the loss of the master.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from xmq.store.batch_entries import (
     MAX_COALESCED,
@@ -244,7 +244,8 @@ class RedisBatcher(BatcherLink):
             self._check_idle()
             return
         conn = self._conn
-        if conn is None or conn.transport is None or conn.transport.is_closing():
+        transport = conn.transport if conn is not None else None
+        if conn is None or transport is None or transport.is_closing():
             self._fail_fast(RedisConnectionLost("redis not connected"))
             self._reconnect()
             return
@@ -252,18 +253,19 @@ class RedisBatcher(BatcherLink):
         # the deferred commands go in this pipeline (the bound's timer is left to find none)
         self._deferred_at = -1.0
         self._deferred = 0
-        if len(batch) == 1 and not self.wait_replicas:
-            # one command alone (at low rates, an acknowledgement's LREM): its payload is the
-            # pipeline, the entry its only callback (no lists of parts, no join)
-            alone = batch[0]
-            if type(alone) is BatchEntry and alone.guard is None:
+        if len(batch) <= MAX_COALESCED and not self.wait_replicas:
+            alone = self._alone(batch)
+            if alone is not None:
+                # one command alone (at low rates, a record's call carrying the removal of the
+                # one acknowledged before): its payload is the pipeline, the entry its only
+                # callback (no lists of parts, no join)
                 loop = self._loop or asyncio.get_running_loop()  # (set: _flush runs after _arm)
                 alone.batcher = self
                 alone.sent_at = loop.time()  # it ends its pipeline: the round trip
                 self._inflight += 1
                 self.pipelines += 1
                 self.commands += 1
-                conn.send_one(alone.payload, alone)
+                conn.send_open(transport, alone.payload, alone)
                 return
         parts: list[bytes] = []
         callbacks: list[Callback] = []
@@ -300,7 +302,7 @@ class RedisBatcher(BatcherLink):
             if run is not None:
                 if run_keys is None:
                     run_keys = {key for item in run for key in item[3]}
-                if not run_keys.isdisjoint(entry.args):  # (keys are arguments)
+                if not run_keys.isdisjoint(entry.arguments()):  # (keys are arguments)
                     self._add_coalesced(run, run_at, parts, callbacks)  # it goes before this
                     run = None
             if entry.guard is not None and not entry.guard():
@@ -328,14 +330,27 @@ class RedisBatcher(BatcherLink):
             callbacks[-1] = self._timed(last)
         conn.send(b"".join(parts), callbacks)
 
+    @staticmethod
+    def _alone(batch: list[BatchEntry | CoalescedItem]) -> BatchEntry | None:
+        """The one command a batch is (a command without a guard, or one script call of
+        coalesced writes of one group), else None (the batch is gathered entry by entry)."""
+        first = batch[0]
+        if isinstance(first, BatchEntry):
+            return first if len(batch) == 1 and first.guard is None else None
+        combine, group = first[0], first[1]
+        for entry in batch:
+            if isinstance(entry, BatchEntry) or entry[0] is not combine:
+                return None
+            if entry[1] is not group and entry[1] != group:
+                return None
+        return _coalesced_entry(cast("list[CoalescedItem]", batch))  # (each one checked)
+
     def _add_coalesced(
         self, run: list[CoalescedItem], at: int, parts: list[bytes], callbacks: list[Callback]
     ) -> None:
         """One script call for a run of coalesced items, an entry retried like any other."""
-        first = run[0]
-        text, args, payload = first[0](first[1], [item[2] for item in run], False)
-        entry = BatchEntry(args, None, True, None, text, run, payload)
-        parts[at] = payload
+        entry = _coalesced_entry(run)
+        parts[at] = entry.payload
         callbacks[at] = self._reply_for(entry)
 
     def _timed(self, last: Callback) -> Callback:
@@ -389,3 +404,11 @@ class RedisBatcher(BatcherLink):
         entry.batcher = self
         entry.sent_at = 0.0  # (set again if it ends the pipeline)
         return entry  # its reply comes to ``replied``
+
+
+def _coalesced_entry(run: list[CoalescedItem]) -> BatchEntry:
+    """The script call of a run of coalesced writes: its payload only (``bare``), the
+    arguments built again for a retry or a log line (``BatchEntry.arguments``)."""
+    first = run[0]
+    text, args, payload = first[0](first[1], [item[2] for item in run], False, True)
+    return BatchEntry(args, None, True, None, text, run, payload)

@@ -181,6 +181,14 @@ class RespConnection(asyncio.Protocol):
         self._waiting.append(callback)
         transport.write(payload)
 
+    def send_open(
+        self, transport: asyncio.Transport, payload: bytes, callback: Callable[[Reply], None]
+    ) -> None:
+        """``send_one`` on ``transport``, which the caller just found open (``self.transport``,
+        not closing: no second ``is_closing`` call)."""
+        self._waiting.append(callback)
+        transport.write(payload)
+
     async def call(self, *args: Any) -> Reply:
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
 

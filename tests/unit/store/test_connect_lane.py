@@ -38,7 +38,7 @@ def server() -> Iterator[RedisServer]:
         yield running
 
 
-def _combine(group: Any, items: list[Any], once: bool) -> ScriptCall:
+def _combine(group: Any, items: list[Any], once: bool, bare: bool) -> ScriptCall:
     """Records coalesced into one script call: each item is ``(key, value)``."""
     return script_call(PUSH_EACH, tuple(k for k, _ in items), tuple(v for _, v in items))
 

@@ -85,7 +85,7 @@ async def test_deferred_commands_ride_with_the_next_flush_in_their_place(
 _EACH_SEES_ALL = "local out = {} for i = 1, #ARGV do out[i] = #ARGV end return out"
 
 
-def _each_sees_all(group: Any, items: list[Any], once: bool) -> ScriptCall:
+def _each_sees_all(group: Any, items: list[Any], once: bool, bare: bool) -> ScriptCall:
     """One script call for the items: each item's reply is how many the call carried."""
     return script_call(_EACH_SEES_ALL, (), tuple(items))
 

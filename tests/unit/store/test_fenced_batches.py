@@ -136,7 +136,7 @@ async def test_a_coalesced_call_cut_by_a_lost_connection_is_sent_again_as_its_lo
     scripted = ScriptedRedis(hangs_up_once(b"*2\r\n:1\r\n:0\r\n"))  # the call unanswered
     batcher = await _batcher(batchers, await scripted.start())
 
-    def combine(group: Any, items: list[Any], once: bool) -> ScriptCall:
+    def combine(group: Any, items: list[Any], once: bool, bare: bool) -> ScriptCall:
         return script_call("-- batch", (group,), (*items, "1" if once else "0"))
 
     replies: list[Any] = []
@@ -160,7 +160,7 @@ async def test_a_command_naming_a_key_of_the_call_ends_it_before_that_command(
     scripted = ScriptedRedis(script)
     batcher = await _batcher(batchers, await scripted.start())
 
-    def combine(group: Any, items: list[Any], once: bool) -> ScriptCall:
+    def combine(group: Any, items: list[Any], once: bool, bare: bool) -> ScriptCall:
         return script_call("-- batch", (group,), tuple(items))
 
     replies: list[Any] = []
@@ -173,3 +173,33 @@ async def test_a_command_naming_a_key_of_the_call_ends_it_before_that_command(
     assert replies == [1, 1, 1]
     sent = [command[:2] if command[0] == b"LREM" else command[3:] for command in scripted.seen]
     assert sent[:4] == [[b"g", b"a", b"b"], [b"LREM", b"q2"], [b"LREM", b"q1"], [b"g", b"c"]]
+
+
+async def test_a_coalesced_call_sent_bare_is_sent_again_as_eval_with_its_arguments(
+    batchers: list[RedisBatcher],  # noqa: F811 - the fixture
+) -> None:
+    def script(command: list[bytes], fake: ScriptedRedis) -> bytes:
+        if command[0] == b"EVALSHA":
+            return b"-NOSCRIPT No matching script. Please use EVAL.\r\n"
+        return b"*2\r\n:1\r\n:0\r\n" if command[0] == b"EVAL" else b"+PONG\r\n"
+
+    scripted = ScriptedRedis(script)
+    batcher = await _batcher(batchers, await scripted.start())
+    asked: list[bool] = []
+
+    def combine(group: Any, items: list[Any], once: bool, bare: bool) -> ScriptCall:
+        asked.append(bare)
+        text, command, payload = script_call("-- batch", (group,), (*items, "1" if once else "0"))
+        return (text, (), payload) if bare else (text, command, payload)
+
+    replies: list[Any] = []
+    for item in ("a", "b"):
+        batcher.coalesced(combine, "q", item, ("q",), replies.append)
+    await asyncio.sleep(0)  # the flush: the two writes are one command, alone in its pipeline
+    assert (batcher.pipelines, batcher.commands) == (1, 1)
+    await asyncio.wait_for(batcher.flush(), 10)
+    assert replies == [1, 0]  # each item its own element of the one reply
+    assert asked == [True, False]  # sent bare (one command); its arguments built for the EVAL
+    calls = [command for command in scripted.seen if command[0] != b"PING"]
+    assert [call[0] for call in calls] == [b"EVALSHA", b"EVAL"]
+    assert calls[1][1:] == [b"-- batch", b"1", b"q", b"a", b"b", b"0"]
