@@ -33,6 +33,7 @@ from xmq.core.cluster_ports import (
     DurableHold,
     DurableStore,
     NodeIdentity,
+    RunIds,
 )
 from xmq.core.message import Message
 
@@ -67,10 +68,8 @@ class ClusterHub:
         self.link_tls: LinkTls | None = None  # mutual TLS on every link (cluster.link_tls)
         self.forwarded = 0
         self.received = 0
-        self.forward_number = 0  # of the last forward id given (``encode``)
-        self._forward_prefix = ""  # "<node id>/<epoch>/f" of ``_forward_run``
-        self._forward_run: tuple[str, int] = ("", -1)
-        # persistent session -> ``forward_number`` when first announced here (DSUB ``since``)
+        self.forward_ids = RunIds(identity, "f")  # "<node id>/<epoch>/f<n>" (``forward_id``)
+        # persistent session -> ``forward_ids.last`` when first announced here (DSUB ``since``)
         self._announced_at: dict[str, int] = {}
         # Appends for sessions of dead owners, and what happens when Redis names a new owner.
         self.orphans = OrphanAppends(self)
@@ -204,7 +203,7 @@ class ClusterHub:
         this DSUB (sent again after a re-link, behind the route snapshot): a node the session
         moved away from hands that one on (``OrphanAppends``)."""
         client_id = session.client_id
-        since = self._announced_at.setdefault(client_id, self.forward_number)
+        since = self._announced_at.setdefault(client_id, self.forward_ids.last)
         group = sub.share_group
         key = sub.topic_filter if group is None else shared_key(group, sub.topic_filter)
         return frames.durable_sub(
@@ -256,24 +255,21 @@ class ClusterHub:
 
     # -- forwarding ---------------------------------------------------------------------------
 
-    def encode(self, message: Message, qos: int, retain: bool) -> bytes:
-        """The record of a message crossing a link. Its id is the message's cluster-wide
-        ``forward_id`` (``<node>/<epoch>/f<n>``), given here the first time the message leaves
-        this node: the receiver's records and every later append of it use the same id, so a
-        replayed copy finds the receiver's ``session:seen`` marker."""
+    def forward_id(self, message: Message) -> str:
+        """The message's cluster-wide ``forward_id`` (``<node>/<epoch>/f<n>``), given here the
+        first time the message leaves this node: the receiver's records and every later append
+        of it use the same id, so a replayed copy finds the receiver's ``session:seen``
+        marker."""
         forward_id = message.forward_id
         if not forward_id:
-            identity = self.identity
-            node_id, epoch = identity.node_id, identity.epoch
-            run = self._forward_run
-            if epoch != run[1] or node_id != run[0]:  # (the prefix is built once per run)
-                self._forward_run = (node_id, epoch)
-                self._forward_prefix = f"{node_id}/{epoch}/f"
-            self.forward_number = number = self.forward_number + 1
-            forward_id = self._forward_prefix + str(number)
+            forward_id = self.forward_ids.next()
             message.forward_id = forward_id  # given once: see Message.forward_id
+        return forward_id
+
+    def encode(self, message: Message, qos: int, retain: bool) -> bytes:
+        """The record of a message crossing a link, under its ``forward_id``."""
         return encode_record(
-            forward_id,
+            self.forward_id(message),
             message.topic,
             message.payload,
             message.qos,
@@ -284,6 +280,22 @@ class ClusterHub:
             retain,
         )
 
+    def publish_frame(self, message: Message, kept: bool) -> bytes:
+        """The PUBLISH (``kept``, else PUBLISH_UNKEPT) frame of ``frames.publish(encode(
+        message, message.qos, message.retain))``, built in one piece (``publish_record``)."""
+        return frames.publish_record(
+            kept,
+            self.forward_id(message).encode(),
+            message.topic,
+            message.payload,
+            message.qos,
+            message.retain,
+            message.properties,
+            message.origin,
+            message.qos,
+            message.retain,
+        )
+
     def forward(self, message: Message, hold: DurableHold | None = None) -> int:
         count = 0
         table = self.table
@@ -291,7 +303,7 @@ class ClusterHub:
         sent: list[str] = []  # nodes the message went to (a few: cheaper than a set)
         if links:
             topic = message.topic
-            record = b""
+            data = b""  # the PUBLISH frame, made once (its kind set per link: ``with_kind``)
             durable_nodes = table.durable
             for node, _ in table.routes.match(topic):
                 if node in sent:
@@ -299,20 +311,23 @@ class ClusterHub:
                 link = links.get(node)
                 if link is None:
                     continue
-                if not record:
-                    record = self.encode(message, message.qos, message.retain)
                 keep = bool(durable_nodes.get(node))
-                data = frames.publish(record, link.wants_ack(keep))
+                wants_ack = link.wants_ack(keep)
+                if not data:
+                    data = self.publish_frame(message, wants_ack)
+                else:
+                    data = frames.with_kind(data, wants_ack)
                 link.send_publish(data, message, keep, hold)
                 sent.append(node)
             if message.retain and len(sent) < len(links):
-                if not record:
-                    record = self.encode(message, message.qos, message.retain)
                 for node, link in links.items():
                     if node not in sent:
-                        link.send_publish(
-                            frames.publish(record, link.wants_ack(False)), message, False
-                        )
+                        wants_ack = link.wants_ack(False)
+                        if not data:
+                            data = self.publish_frame(message, wants_ack)
+                        else:
+                            data = frames.with_kind(data, wants_ack)
+                        link.send_publish(data, message, False)
             count += len(sent)
             if table.shares:
                 shared = self.broker.shared

@@ -12,7 +12,10 @@ import enum
 import struct
 from typing import Final
 
-from xmq.codec.byte_values import BYTE
+from xmq.codec.byte_values import BYTE, u16
+from xmq.codec.properties import Properties
+from xmq.codec.property_codec import encode_properties
+from xmq.contract.message_record import RECORD_FORMAT, RecordError
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
@@ -174,6 +177,61 @@ def publish(record: bytes, kept: bool = True) -> bytes:
     if size < 256:  # (the common record: one allocation, no ``int.to_bytes``)
         return b"\x00\x00\x00%b%b%b" % (BYTE[size], BYTE[kind], record)
     return _head(kind, len(record)) + record
+
+
+_RECORD_FORMAT_BYTE: Final = BYTE[RECORD_FORMAT]
+_PUBLISH_PACKET: Final = 3  # (the MQTT packet type whose properties a record holds)
+_LENGTH: Final[list[bytes]] = [size.to_bytes(4, "big") for size in range(256)]
+
+
+def publish_record(
+    kept: bool,
+    record_id: bytes,
+    topic: str,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    properties: Properties | None,
+    origin: str | None,
+    delivery_qos: int,
+    delivery_retain: bool,
+) -> bytes:
+    """``publish(encode_record(...), kept)`` built as one ``bytes`` (no record object made
+    and copied again behind the frame's head): the forward's frame. ``record_id``: the
+    forward id, encoded. A unit test holds it to ``publish`` of ``encode_record``."""
+    org = origin.encode() if origin else b""
+    top = topic.encode()
+    if len(record_id) > 255 or len(org) > 0xFFFF or len(top) > 0xFFFF:
+        raise RecordError("record field too long")
+    props = b"\x00" if properties is None else encode_properties(properties, _PUBLISH_PACKET)
+    flags = delivery_qos | (4 if delivery_retain else 0) | (8 if retain else 0)
+    # kind + format, flags, qos, id length + the id, origin and topic fields, no ids (1)
+    size = 10 + len(record_id) + len(org) + len(top) + len(props) + len(payload)
+    # the frame's u32 length: from a table up to 255 (the common forward), no ``int.to_bytes``
+    length = _LENGTH[size] if size < 256 else size.to_bytes(4, "big")
+    return b"%b%b%b%b%b%b%b%b%b%b%b\x00%b%b" % (
+        length,
+        BYTE[PUBLISH if kept else PUBLISH_UNKEPT],
+        _RECORD_FORMAT_BYTE,
+        BYTE[flags & 0xFF],
+        BYTE[qos & 0xFF],
+        BYTE[len(record_id)],
+        record_id,
+        u16(len(org)),
+        org,
+        u16(len(top)),
+        top,
+        props,
+        payload,
+    )
+
+
+def with_kind(data: bytes, kept: bool) -> bytes:
+    """A PUBLISH / PUBLISH_UNKEPT frame ``data`` as the other kind when ``kept`` says so."""
+    kind = PUBLISH if kept else PUBLISH_UNKEPT
+    if data[4] == kind:
+        return data
+    return data[:4] + BYTE[kind] + data[5:]
 
 
 def retained_written(topic: str, forward_id: str, revision: int) -> bytes:

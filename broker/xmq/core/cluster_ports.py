@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from xmq.core.durable_context import NO_DURABLE_CONTEXT as NO_DURABLE_CONTEXT
 from xmq.core.durable_context import DurableContext as DurableContext
 from xmq.core.node_identity import NodeIdentity as NodeIdentity
+from xmq.core.node_identity import RunIds as RunIds
 
 if TYPE_CHECKING:
     from xmq.core.message import Message

@@ -2,7 +2,8 @@
 hub's forward id (``cluster.cluster_hub``: the id's ``<node>/<epoch>`` prefix is checked against
 it for every message sent over a link), so each read is a native attribute access, not a
 generic ``getattr`` on an interpreted object. Re-exported by ``core.cluster_ports``, its port;
-set by membership (interpreted: it writes through the compiled class's attributes)."""
+set by membership (interpreted: it writes through the compiled class's attributes). With it
+``RunIds``, the ids a node numbers per run (forward ids, the durable store's record ids)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,34 @@ class NodeIdentity:
         # Back online under a new epoch, its previous run's sessions not yet loaded as orphans:
         # a CONNECT now would let a publish find no route for them (0x10), so it gets 0x88.
         self.rejoining = False
+
+
+class RunIds:
+    """Ids ``<node id>/<epoch>/<tag><n>`` numbered from 1 (and on across runs) by one part of
+    this node: the cluster hub's forward ids (tag ``f``), the durable store's own record ids
+    (no tag). The ``<node id>/<epoch>/<tag>`` prefix is built once per run of the node
+    (``identity`` changes when it rejoins under a new epoch), not per id."""
+
+    __slots__ = ("_epoch", "_node", "identity", "last", "prefix", "tag")
+
+    def __init__(self, identity: NodeIdentity, tag: str = "") -> None:
+        self.identity = identity
+        self.tag = tag
+        self.last = 0  # the number of the last id given
+        self.prefix = ""  # of the run below
+        self._node = ""
+        self._epoch = -1
+
+    def next(self) -> str:
+        """A new id, numbered one past ``last``."""
+        identity = self.identity
+        node_id, epoch = identity.node_id, identity.epoch
+        if epoch != self._epoch or node_id != self._node:
+            self._node, self._epoch = node_id, epoch
+            self.prefix = f"{node_id}/{epoch}/{self.tag}"
+        self.last = number = self.last + 1
+        return self.prefix + str(number)
+
+    def last_id(self) -> str:
+        """The last id given (by ``next``)."""
+        return self.prefix + str(self.last)

@@ -269,7 +269,7 @@ class RedisSessionStore(SessionRecords):
         raw = self.new_record(message, qos, retain, (), forward_id)
         # one published here has no id of its own: its record's new id keys the marker, so
         # the append sent again after a lost reply (a dead connection) is not queued twice
-        marker_id = forward_id or self._id_prefix + str(self._last_id)
+        marker_id = forward_id or self.record_ids.last_id()
         identity = self.identity
         script, keys, args = append_if_owner(
             self.keys,

@@ -18,7 +18,7 @@ from xmq.contract.session_scripts import (
     INBOUND_RELEASE_GRACE_MS,
     is_inbound_id,
 )
-from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity
+from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, RunIds
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.shared_claims import claim_id
@@ -62,9 +62,7 @@ class SessionRecords:
         self.records = 0
         self.failed = 0  # writes given up (their acks were refused)
         self.duplicates = 0  # records not made: the session had the message's id queued
-        self._last_id = 0  # of the records given an id of this node's own (``new_record``)
-        self._id_prefix = ""  # "<node id>/<epoch>/" of ``_id_run`` (the run's record ids)
-        self._id_run: tuple[str, int] = ("", -1)
+        self.record_ids = RunIds(identity)  # of the records given an id of this node's own
         self._paused: set[SessionClient] = set()
         self.seen_ttl_ms = seen_ttl_ms
         # an inbound QoS 2 message's markers: kept while its exchange is open (at most
@@ -100,14 +98,7 @@ class SessionRecords:
         id, message and delivery terms): the last one encoded is given again, one object that
         every queue holding it shares (``core.delivery_queue``), not one per session."""
         if not record_id:
-            identity = self.identity
-            node_id, epoch = identity.node_id, identity.epoch
-            run = self._id_run
-            if epoch != run[1] or node_id != run[0]:  # (the prefix is built once per run)
-                self._id_run = (node_id, epoch)
-                self._id_prefix = f"{node_id}/{epoch}/"
-            self._last_id = number = self._last_id + 1
-            record_id = self._id_prefix + str(number)
+            record_id = self.record_ids.next()  # "<node id>/<epoch>/<n>"
         else:
             last = self._last_record
             if (

@@ -18,6 +18,7 @@ from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_dispatch import decode_message
 from xmq.cluster.link_frames import FrameDecoder, Kind
 from xmq.cluster.peer_link import PeerLink
+from xmq.cluster.route_table import DurableSub
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode_publish_parts
 from xmq.contract.message_record import encode_record
@@ -344,3 +345,89 @@ def test_publish_frames_of_every_size_are_the_generic_ones(size: int) -> None:
     record = b"r" * size
     for kept, kind in ((True, Kind.PUBLISH), (False, Kind.PUBLISH_UNKEPT)):
         assert frames.publish(record, kept) == _reference_frame(kind, record)
+
+
+# -- the forward's frame built in one piece ------------------------------------------------------
+
+
+_PROPERTIES = st.none() | st.builds(
+    Properties,
+    content_type=st.none() | st.text(max_size=20),
+    message_expiry_interval=st.none() | st.integers(0, 2**32 - 1),
+    user_properties=st.lists(st.tuples(st.text(max_size=8), st.text(max_size=8)), max_size=3),
+)
+
+
+@given(
+    st.booleans(),
+    st.text(max_size=40),
+    st.text(min_size=1, max_size=300),
+    st.binary(max_size=400),
+    st.integers(0, 2),
+    st.booleans(),
+    _PROPERTIES,
+    st.none() | st.text(max_size=30),
+    st.integers(0, 2),
+    st.booleans(),
+)
+def test_the_forward_s_frame_is_publish_of_its_record(
+    kept: bool,
+    record_id: str,
+    topic: str,
+    payload: bytes,
+    qos: int,
+    retain: bool,
+    properties: Properties | None,
+    origin: str | None,
+    delivery_qos: int,
+    delivery_retain: bool,
+) -> None:
+    """``publish_record`` (one allocation) is byte for byte ``publish(encode_record(...))``:
+    the record layout is ``contract.message_record``'s, however long the frame."""
+    record = encode_record(
+        record_id, topic, payload, qos, retain, properties, origin, delivery_qos, delivery_retain
+    )
+    built = frames.publish_record(
+        kept,
+        record_id.encode(),
+        topic,
+        payload,
+        qos,
+        retain,
+        properties,
+        origin,
+        delivery_qos,
+        delivery_retain,
+    )
+    assert built == frames.publish(record, kept)
+    assert frames.with_kind(built, not kept) == frames.publish(record, not kept)
+    assert frames.with_kind(built, kept) is built
+
+
+def test_the_forward_s_frame_refuses_what_a_record_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="too long"):
+        frames.publish_record(True, b"i" * 256, "t", b"", 0, False, None, None, 0, False)
+    with pytest.raises(ValueError, match="too long"):
+        frames.publish_record(True, b"i", "t" * 0x10000, b"", 0, False, None, None, 0, False)
+
+
+async def test_a_forward_to_two_nodes_sends_each_its_kind_of_one_record() -> None:
+    """One node keeps the message (a persistent session there: PUBLISH), the other reads
+    PUBLISH_UNKEPT: the frames differ in their kind only, and the message's id is given once."""
+    hub = ClusterHub(Broker(CoreSettings()), NodeIdentity("node-0", 2, online=True), None)
+    links = {}
+    for node in ("node-1", "node-2"):
+        link = PeerLink(hub)
+        hub.link_hello(link, FrameDecoder().feed(frames.hello(node, 3))[0][1])
+        hub.recovery.resume(link, 0)
+        link._out.clear()  # the snapshot
+        hub.table.route(node, "t/#", True)
+        links[node] = link
+    hub.table.durable_sub(node, "c", DurableSub("t/#", "t/#", 1, 0), True)  # on node-2
+    message = Message("t/x", b"payload", 1, False, None, "pub", 0.0)
+    assert hub.forward(message) == 2
+    sent = {node: link._out[0] for node, link in links.items()}
+    record = encode_record("node-0/2/f1", "t/x", b"payload", 1, False, None, "pub", 1, False)
+    assert sent["node-1"] == frames.publish(record, False)  # unkept: nothing waits there
+    assert sent["node-2"] == frames.publish(record, True)
+    assert message.forward_id == "node-0/2/f1"
