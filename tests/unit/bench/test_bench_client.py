@@ -9,6 +9,8 @@ from typing import cast
 import pytest
 import uvloop
 
+from tests.support.virtual_loop import VirtualLoop
+from xmq.bench import publish_schedule
 from xmq.bench.connection import BenchConnection, CounterSink
 from xmq.bench.histogram import bucket_index
 from xmq.bench.packets import (
@@ -285,6 +287,25 @@ class CountingSchedule(PublishSchedule):
         super().tick()
 
 
+def test_schedule_ticks_no_closer_than_the_minimum_tick(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a virtual clock: messages every 0.5 ms go about two per tick, one tick per ms."""
+    loop = VirtualLoop(start=0.0)
+    monkeypatch.setattr(asyncio, "get_running_loop", lambda: loop)
+    monkeypatch.setattr(publish_schedule, "monotonic_ns", lambda: round(loop.now * 1e9))
+    publishers = [RecordingPublisher() for _ in range(100)]
+    schedule = CountingSchedule(publishers, 20.0, 10, t0_ns=0)
+    schedule.start()  # 2,000 msg/s for 0.5 s: a message every 0.5 ms
+    while loop.pending():
+        loop.now = min(handle.when for handle in loop.handles if not handle.cancelled)
+        loop.run_turn()
+    assert schedule.next_index == 1000 and schedule.handle is None
+    assert sum(sum(p.sends) for p in publishers) == 1000
+    assert 450 <= schedule.ticks <= 501  # one tick per millisecond, not one per message
+    assert schedule.done_ns == round(loop.now * 1e9) <= 501_000_000
+
+
+# uvloop's own timers (they round delays under 1 ms down to zero) on the real clock.
+@pytest.mark.integration
 def test_schedule_does_not_spin_uvloop_between_close_messages() -> None:
     publishers = [RecordingPublisher() for _ in range(100)]
 

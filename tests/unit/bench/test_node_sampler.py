@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from xmq.bench.node_sampler import NodeSampler
 from xmq.bench.survivability_result import IntervalRecord, SurvivabilityResult
 
@@ -26,6 +28,7 @@ def test_counts_the_cpu_of_live_processes() -> None:
     sampler.close()
 
 
+@pytest.mark.integration  # a real child process, killed, and its /proc entry gone
 def test_a_killed_process_stops_counting_and_an_added_one_starts() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:

@@ -6,9 +6,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.support.append_recorder import AppendRecorder
+from tests.support.virtual_loop import VirtualLoop
 from xmq.cluster.cluster_hub import ClusterHub
-from xmq.cluster.direct_hold import Direct, DirectHold
+from xmq.cluster.direct_hold import POLL_S, Direct, DirectHold
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity
 from xmq.core.lease_fence import LeaseFence
@@ -101,19 +104,27 @@ async def test_the_delivery_gets_the_publisher_s_hold_and_the_message_s_id() -> 
     assert second.holds == 0  # the wait's own hold is given back once delivered
 
 
-async def test_messages_wait_for_the_claiming_connect_to_attach_the_session() -> None:
+def test_messages_wait_for_the_claiming_connect_to_attach_the_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = VirtualLoop()  # the hold's re-check timer, on a clock moved by hand
+    monkeypatch.setattr(asyncio, "get_running_loop", lambda: loop)
     broker = FakeBroker()
     broker.claiming["c1"] = 1  # the claim ran in Redis; the CONNECT has not resumed yet
     hold, not_here = _hold(broker)
     hold.deliver("c1", _direct(b"1"))
     hold.deliver("c1", _direct(b"2"))
-    await asyncio.sleep(0.02)
-    assert broker.delivered == []
-    assert len(hold) == 1
+    for _ in range(4):  # re-checks while the claim runs: each one keeps holding
+        loop.advance(POLL_S)
+        assert loop.run_turn() == 1
+    assert broker.delivered == [] and not_here == []
+    assert len(hold) == 1 and loop.pending() == 1
     del broker.claiming["c1"]
     broker.sessions["c1"] = object()  # attached
     hold.deliver("c1", _direct(b"3"))  # behind the held ones, not before them
-    await _until(lambda: len(broker.delivered) == 3, broker.changed)
+    assert broker.delivered == []  # not before the next re-check
+    loop.advance(POLL_S)
+    loop.run_turn()
     assert broker.delivered == [("c1", b"1"), ("c1", b"2"), ("c1", b"3")]
     assert not_here == []
     assert len(hold) == 0

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support.append_recorder import AppendRecorder
+from tests.support.virtual_loop import VirtualLoop
 from tests.unit.cluster.test_held_forwarding import Transport
+from xmq.cluster import direct_hold
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
+from xmq.cluster.direct_hold import POLL_S
 from xmq.cluster.link_dispatch import decode_message
 from xmq.cluster.link_frames import FrameDecoder, Kind
 from xmq.cluster.peer_link import PeerLink
@@ -277,18 +281,33 @@ async def test_the_ack_waits_for_the_store_and_later_frames_get_the_next_one() -
     assert not link.ack_pending
 
 
-async def test_the_ack_waits_for_direct_messages_held_for_a_claim() -> None:
+async def test_the_ack_waits_for_direct_messages_held_for_a_claim(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = VirtualLoop()  # the hold's re-check timer only; the link's on the running loop
+    monkeypatch.setattr(direct_hold, "asyncio", SimpleNamespace(get_running_loop=lambda: clock))
     store = GatedStore()
     hub = _hub(store)
     link, transport = _linked(hub)
     hub.broker.claiming["c1"] = 1
     record = encode_record("node-1/3/f1", "t", b"1", 1, False, None, "p", 1, False)
+    before = asyncio.all_tasks()
     link.data_received(frames.direct("c1", record))
-    assert len(hub.direct) == 1
-    await asyncio.sleep(0.02)
+    confirming = asyncio.all_tasks() - before  # the confirmation waiting for the hold
+    assert len(hub.direct) == 1 and len(confirming) == 1
+    for _ in range(4):  # re-checks while the claim runs, and the link's turns after each
+        clock.advance(POLL_S)
+        assert clock.run_turn() == 1
+        for _ in range(3):
+            await asyncio.sleep(0)
     assert _acks(link, transport) == []
+    assert not any(task.done() for task in confirming)
     del hub.broker.claiming["c1"]  # the claim is over (the session went elsewhere)
-    await asyncio.sleep(0.03)
+    clock.advance(POLL_S)
+    clock.run_turn()  # the re-check sends it to the store and gives the hold back
+    assert len(hub.direct) == 0 and clock.pending() == 0
+    async with asyncio.timeout(2):  # the confirmation's next look at the hold (a 5 ms poll)
+        await asyncio.wait(confirming)
     assert _acks(link, transport) == [1]
     assert [client for client, _, _ in store.appends] == ["c1"]
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+
+import pytest
 
 from tests.support.append_recorder import AppendRecorder
+from tests.support.virtual_loop import VirtualLoop
 from xmq.cluster import link_frames as frames
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.link_frames import FrameDecoder, Kind
@@ -21,33 +23,33 @@ def _message(payload: bytes) -> Message:
     return Message("t", payload, 1, False, None, "pub", 0.0)
 
 
-async def _until(condition: Callable[[], bool], changed: asyncio.Event) -> None:
-    async with asyncio.timeout(2):
-        while not condition():
-            changed.clear()
-            await changed.wait()
-
-
-async def test_waiting_messages_are_taken_in_order_when_the_owner_links() -> None:
+def test_waiting_messages_are_taken_in_order_when_the_owner_links(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    loop = VirtualLoop()  # the wait's timers, on a clock moved by hand
+    monkeypatch.setattr(asyncio, "get_running_loop", lambda: loop)
     expired: list[tuple[Owner, Waiting]] = []
-    changed = asyncio.Event()
 
     def give_up(owner: Owner, waiting: Waiting) -> None:
         expired.append((owner, waiting))
-        changed.set()
 
     wait = LinkWait(give_up, 0.02)
     wait.add(("node-4", 9), "c1", _message(b"1"), 1)
     wait.add(("node-4", 9), "c2", _message(b"2"), 1)
     wait.add(("node-5", 1), "c3", _message(b"3"), 1)
-    assert len(wait) == 2
+    assert len(wait) == 2 and loop.pending() == 2
     taken = wait.take(("node-4", 9))
     assert [(client_id, m.payload) for client_id, m, _, _ in taken] == [("c1", b"1"), ("c2", b"2")]
     assert wait.take(("node-4", 9)) == []
-    await _until(lambda: len(expired) == 1, changed)  # node-5 never linked
-    assert expired[0][0] == ("node-5", 1)
-    await asyncio.sleep(0.05)
-    assert len(expired) == 1  # the taken run's timer was cancelled
+    loop.advance(0.019)
+    loop.run_turn()
+    assert expired == []  # not before its wait is over
+    loop.advance(0.002)
+    loop.run_turn()  # node-5 never linked
+    assert [owner for owner, _ in expired] == [("node-5", 1)]
+    loop.advance(0.05)
+    loop.run_turn()
+    assert len(expired) == 1 and loop.pending() == 0  # the taken run's timer was cancelled
 
 
 def _hub() -> tuple[ClusterHub, AppendRecorder]:

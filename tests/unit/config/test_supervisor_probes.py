@@ -16,6 +16,10 @@ from xmq.app.supervisor_health import SupervisorEndpoint
 from xmq.observability.http_endpoint import ObservabilityEndpoint
 from xmq.observability.readiness import LoopLagMonitor, ReadinessChecks
 
+# Real worker processes (killed, reaped, their pids reported) and real HTTP endpoints the
+# supervisor probes over sockets: the OS's processes and sockets, not a virtual clock.
+pytestmark = pytest.mark.integration
+
 
 class FakeWorker:
     """A sleeping process standing for a worker, with a real node HTTP endpoint."""

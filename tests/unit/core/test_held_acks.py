@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 from tests.support.sink_link import SinkLink, connect_client
+from tests.support.virtual_broker import on_virtual_loop
 from xmq.codec.packets import (
     MQTT_5,
     Connect,
@@ -20,7 +21,7 @@ from xmq.core.auth_ports import AllowAll, AnonymousAuthenticator
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, DurableHold
 from xmq.core.connection import ClientConnection
-from xmq.core.fanout_slices import RECORDS_AHEAD, SLICE
+from xmq.core.fanout_slices import RECORDS_AHEAD, RECORDS_WAIT_S, SLICE
 from xmq.core.held_acks import AckGate
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session
@@ -319,6 +320,7 @@ async def test_a_fan_out_waits_while_the_store_is_records_behind() -> None:
     """No slice goes while ``RECORDS_AHEAD`` records wait for the store: each one holds its
     delivery, write and callback until written (200,000 made at once grew a node ~60 MB)."""
     broker, store, router = _cluster_broker()
+    loop = on_virtual_loop(broker)  # the slices' turns and the store wait's timer
     sessions = RECORDS_AHEAD + 2 * SLICE
     for n in range(sessions):
         conn, _ = await connect_client(broker, f"sub{n}", _persistent(f"sub{n}"))
@@ -326,15 +328,18 @@ async def test_a_fan_out_waits_while_the_store_is_records_behind() -> None:
     pub, pub_link = await connect_client(broker, "pub")
     pub.handle(Publish("t", b"m", qos=1, packet_id=5))
     for _ in range(50):  # many more turns than the slices up to the bound take
-        await asyncio.sleep(0)
+        loop.run_turn()
     ahead = len(store.pending)
     assert RECORDS_AHEAD <= ahead < RECORDS_AHEAD + SLICE  # (a slice may cross it) then waits
     assert pub.fanning_out == 1
-    store.write_all()  # the store caught up: the rest goes
-    for _ in range(400):
-        if not pub.fanning_out:
-            break
-        await asyncio.sleep(0.002)
+    loop.advance(RECORDS_WAIT_S)  # it looks again, and waits again: nothing was written
+    for _ in range(5):
+        loop.run_turn()
+    assert len(store.pending) == ahead and pub.fanning_out == 1
+    store.write_all()  # the store caught up: the rest goes at its next look
+    loop.advance(RECORDS_WAIT_S)
+    for _ in range(10):
+        loop.run_turn()
     assert pub.fanning_out == 0
     assert len(store.pending) == sessions - ahead
     router.confirm()

@@ -34,16 +34,17 @@ async def test_pipelined_packets_are_held_up_to_a_bound() -> None:
     assert conn.state == AUTHENTICATING and conn.accepts_pending(10 * MAX_PENDING_BEFORE_CONNACK)
     conn.handle(Pingreq())
     assert conn.state == CLOSED and link.out[0] == 0x20 and link.out[3] == 0x97  # Quota exceeded
+    conn.connection_lost()  # cancels the login still waiting for its authenticator
 
 
 class _Exchanging(_SlowAuthenticator):
-    """Starts exchanges whose steps take a while."""
+    """Starts exchanges whose steps answer once the test sets ``answer``."""
 
     def start_exchange(self, method: str, credentials: Credentials) -> AuthExchange | None:
         return self
 
     async def step(self, data: bytes | None) -> AuthStep:
-        await asyncio.sleep(5)
+        await self.answer.wait()
         return AuthStep(0x18)
 
 
@@ -57,7 +58,11 @@ async def test_during_an_exchange_only_auth_may_come_and_little_may_wait() -> No
     conn.handle(Pingreq())
     assert conn.state == CLOSED and link.out[0] == 0x20 and link.out[3] == 0x82  # Protocol error
     assert not conn.login_overdue()
+    step = conn.auth_task
+    assert step is not None
     conn.connection_lost()  # cancels the exchange's step
+    await asyncio.wait([step], timeout=2)  # (the bound only if it were not cancelled)
+    assert step.cancelled()
 
 
 async def test_a_connected_client_is_not_under_the_connect_deadline() -> None:

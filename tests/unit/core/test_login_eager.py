@@ -29,8 +29,14 @@ from .test_deadline_wheel import _Link
 
 
 class _SlowAuthenticator(AnonymousAuthenticator):
+    """Answers once the test sets ``answer`` (an account store that takes a while)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.answer = asyncio.Event()
+
     async def authenticate(self, credentials: Credentials) -> AuthDecision:
-        await asyncio.sleep(0.01)
+        await self.answer.wait()
         return AuthDecision(0, credentials.username)
 
 
@@ -62,13 +68,18 @@ async def test_an_in_memory_login_is_accepted_within_handle() -> None:
 
 async def test_a_waiting_authenticator_holds_packets_and_replays_them_in_order() -> None:
     broker = Broker(CoreSettings())
-    conn, link = _conn(broker, _SlowAuthenticator())
+    authenticator = _SlowAuthenticator()
+    conn, link = _conn(broker, authenticator)
     conn.handle(Connect(client_id="a", protocol_version=5))
     conn.handle(Subscribe(1, [Request("t/1", 1)]))
     conn.handle(Pingreq())
     task = conn.auth_task
     assert conn.state == AUTHENTICATING and task is not None and link.out == b""
-    await asyncio.sleep(0.05)
+    for _ in range(3):  # the task waits for the account store: nothing goes meanwhile
+        await asyncio.sleep(0)
+    assert conn.state == AUTHENTICATING and link.out == b""
+    authenticator.answer.set()
+    await task
     assert conn.state == CONNECTED and conn.auth_task is None
     assert link.out[0] == 0x20  # CONNACK, then SUBACK, then PINGRESP
     suback_at = link.out[1] + 2
@@ -83,7 +94,7 @@ async def test_a_connection_lost_while_authenticating_cancels_the_task() -> None
     task = conn.auth_task
     assert task is not None
     conn.connection_lost()
-    await asyncio.sleep(0.05)
+    await asyncio.wait([task], timeout=2)  # (the bound only if it were not cancelled)
     assert task.cancelled() and conn.state == CLOSED and link.out == b""
     assert "a" not in broker.sessions
 
@@ -93,7 +104,9 @@ async def test_an_authenticator_error_refuses_with_0x88(wait: bool) -> None:
     broker = Broker(CoreSettings())
     conn, link = _conn(broker, _BrokenAuthenticator(wait))
     conn.handle(Connect(client_id="a", protocol_version=5))
-    await asyncio.sleep(0.01)
+    task = conn.auth_task
+    assert task is not None
+    await asyncio.wait([task])  # its done callback (the refusal) runs before this wait's
     assert conn.state == CLOSED and link.closed
     assert link.out[0] == 0x20 and link.out[3] == 0x88
     assert broker.stats.refused_by_reason == {0x88: 1}
