@@ -17,7 +17,7 @@ runs by default). One cycle:
 Prints CPU microseconds per message (``time.process_time``: Python and uvloop callbacks, no
 system calls) and loop turns per cycle.
 
-    .venv/bin/python -m bench.link_bench [--pairs 2000] [--messages 100000] [--batch 10]
+    .venv/bin/python bench/link_bench.py [--pairs 2000] [--messages 100000] [--batch 10]
 """
 
 from __future__ import annotations
@@ -26,22 +26,27 @@ import argparse
 import asyncio
 import cProfile
 import pstats
+import sys
 import time
+from pathlib import Path
 from typing import cast
 
-import uvloop
+if not __package__:  # run as a file (python bench/link_bench.py): the modules beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import xmq
-from bench.fake_transports import V5, LinkTransport, connect_client
-from xmq.cluster.cluster_hub import ClusterHub
-from xmq.cluster.peer_link import PeerLink
-from xmq.codec.packets import Puback, Publish, Subscribe, SubscriptionRequest
-from xmq.codec.writer import encode
-from xmq.core.broker import Broker
-from xmq.core.cluster_ports import DurableStore, NodeIdentity
-from xmq.core.held_acks import AckGate
-from xmq.core.settings import CoreSettings
-from xmq.net.client_protocol import FlushScheduler
+import uvloop  # noqa: E402
+
+import xmq  # noqa: E402
+from bench.fake_transports import V5, LinkTransport, connect_client  # noqa: E402
+from xmq.cluster.cluster_hub import ClusterHub  # noqa: E402
+from xmq.cluster.peer_link import PeerLink  # noqa: E402
+from xmq.codec.packets import Puback, Publish, Subscribe, SubscriptionRequest  # noqa: E402
+from xmq.codec.writer import encode  # noqa: E402
+from xmq.core.broker import Broker  # noqa: E402
+from xmq.core.cluster_ports import DurableStore, NodeIdentity  # noqa: E402
+from xmq.core.held_acks import AckGate  # noqa: E402
+from xmq.core.settings import CoreSettings  # noqa: E402
+from xmq.net.client_protocol import FlushScheduler  # noqa: E402
 
 
 class IdleStore:

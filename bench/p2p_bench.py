@@ -7,7 +7,7 @@ go into ``data_received``. Every pair has its own topic, as in ``xmq bench p2p``
 microseconds per message: what the broker spends in Python and uvloop's callbacks per message,
 without the system calls.
 
-    .venv/bin/python -m bench.p2p_bench [--pairs 2000] [--messages 100000] [--batch 10]
+    .venv/bin/python bench/p2p_bench.py [--pairs 2000] [--messages 100000] [--batch 10]
 """
 
 from __future__ import annotations
@@ -16,16 +16,21 @@ import argparse
 import asyncio
 import cProfile
 import pstats
+import sys
 import time
+from pathlib import Path
 
-import uvloop
+if not __package__:  # run as a file (python bench/p2p_bench.py): the modules beside it
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fake_transports import V5, connect_client
-from xmq.codec.packets import Puback, Publish, Subscribe, SubscriptionRequest
-from xmq.codec.writer import encode
-from xmq.core.broker import Broker
-from xmq.core.settings import CoreSettings
-from xmq.net.client_protocol import FlushScheduler
+import uvloop  # noqa: E402
+
+from bench.fake_transports import V5, connect_client  # noqa: E402
+from xmq.codec.packets import Puback, Publish, Subscribe, SubscriptionRequest  # noqa: E402
+from xmq.codec.writer import encode  # noqa: E402
+from xmq.core.broker import Broker  # noqa: E402
+from xmq.core.settings import CoreSettings  # noqa: E402
+from xmq.net.client_protocol import FlushScheduler  # noqa: E402
 
 
 async def run(pairs: int, messages: int, batch: int, profile: bool) -> None:
