@@ -35,6 +35,7 @@ Build = Literal["compiled", "pure"]
 
 NATIVE_MODULES: tuple[str, ...] = (
     "xmq.codec.packet_decoder",
+    "xmq.codec.connect_decoder",
     "xmq.codec.plain_publish",
     "xmq.codec.properties",
     "xmq.codec.property_codec",
