@@ -82,6 +82,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.stats",
     "xmq.core.publish_flow",
     "xmq.core.connection",
+    "xmq.core.connected_packets",
+    "xmq.core.login_input",
     "xmq.core.broker",
     "xmq.core.login_flow",
     "xmq.core.lease_fence",
