@@ -86,6 +86,8 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.login_input",
     "xmq.core.broker",
     "xmq.core.login_flow",
+    "xmq.core.connack_encoding",
+    "xmq.core.inline_auth",
     "xmq.core.lease_fence",
     "xmq.core.session_client",
     "xmq.cluster.cluster_hub",
