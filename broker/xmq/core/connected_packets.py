@@ -18,6 +18,7 @@ from xmq.codec.packets import MQTT_5, Disconnect, Pingreq
 from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import DISCONNECT_REASONS, ReasonCode
 from xmq.codec.writer import PINGRESP_BYTES, encode
+from xmq.core.node_caps import set_expiry
 
 if TYPE_CHECKING:
     from xmq.core.connection import ClientConnection
@@ -44,7 +45,7 @@ def on_disconnect(conn: ClientConnection, packet: Disconnect) -> None:
         if session.expiry_s == 0 and props.session_expiry_interval != 0:
             conn.close_with(ReasonCode.PROTOCOL_ERROR, "session expiry set after 0")
             return
-        conn.broker.set_expiry(session, props.session_expiry_interval)
+        set_expiry(conn.broker, session, props.session_expiry_interval)
     conn.disconnect_received(packet.reason_code == ReasonCode.DISCONNECT_WITH_WILL)
 
 

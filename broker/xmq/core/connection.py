@@ -61,6 +61,7 @@ from xmq.core.publish_flow import on_puback, on_pubcomp, on_publish, on_pubrec, 
 from xmq.core.retained_feed import RetainedFeed
 from xmq.core.session import Session
 from xmq.core.session_client import SessionClient
+from xmq.core.session_lifecycle import detach
 from xmq.core.subscribe_flow import handle_subscribe, handle_unsubscribe
 from xmq.protocol.connect_terms import ConnectTerms
 from xmq.protocol.outbound_qos import VIOLATION
@@ -331,7 +332,7 @@ class ClientConnection(SessionClient):
         if self.retained_feed is not None:
             self.retained_feed.stop()
         if self.session is not None:
-            broker.detach(self.session, self, publish_will)
+            detach(broker, self.session, self, publish_will)
 
     def refresh_acl(self) -> None:
         """Accounts changed: reload this client's rules and drop subscriptions now denied."""

@@ -25,11 +25,12 @@ from xmq.codec.properties import Properties
 from xmq.codec.reason_codes import ReasonCode
 from xmq.codec.writer import encode
 from xmq.core.auth_ports import AuthDecision, AuthExchange, ClientAcl, Credentials
-from xmq.core.cluster_claims import claim_cluster_wide, park_unattached
+from xmq.core.cluster_claims import claim_cluster_wide
 from xmq.core.cluster_ports import ClusterUnavailableError, ForeignSessionError, RestoredSession
 from xmq.core.connack_encoding import accepting_connack, refusing_connack
 from xmq.core.connection_states import AUTHENTICATING, CLAIMING, CLOSED, CONNECTED
 from xmq.core.inline_auth import is_inline_pair
+from xmq.core.node_caps import session_cap_hit
 from xmq.core.session_access import (
     CLEAN_START,
     identity_of,
@@ -37,6 +38,7 @@ from xmq.core.session_access import (
     recheck_resumed,
     will_refusal,
 )
+from xmq.core.session_lifecycle import attach, park_unattached
 from xmq.protocol.connect_terms import (
     ConnectRefused,
     ConnectTerms,
@@ -245,7 +247,7 @@ def _admissible(conn: ClientConnection, connect: Connect, acl: ClientAcl, owner:
     terms = conn.terms
     assert terms is not None
     broker = conn.broker
-    cap = broker.session_cap_hit(terms)
+    cap = session_cap_hit(broker, terms)
     if cap is not None:
         broker.stats.cap_hit(cap)
         refuse_connect(conn, ReasonCode.QUOTA_EXCEEDED, f"{cap} cap reached")
@@ -275,7 +277,7 @@ def _admit(
     terms = conn.terms
     assert terms is not None
     broker = conn.broker
-    session, present = broker.attach(conn, terms, restored, owner)
+    session, present = attach(broker, conn, terms, restored, owner)
     if present:  # the rules may have changed while it was away
         removed, dropped = recheck_resumed(broker, session, acl)
         if (removed or dropped) and log.isEnabledFor(logging.INFO):
