@@ -35,6 +35,7 @@ Build = Literal["compiled", "pure"]
 
 NATIVE_MODULES: tuple[str, ...] = (
     "xmq.codec.packet_decoder",
+    "xmq.codec.connect_decoder",
     "xmq.codec.plain_publish",
     "xmq.codec.properties",
     "xmq.codec.property_codec",
@@ -81,8 +82,15 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.core.stats",
     "xmq.core.publish_flow",
     "xmq.core.connection",
+    "xmq.core.connected_packets",
+    "xmq.core.login_input",
     "xmq.core.broker",
+    "xmq.core.session_lifecycle",
+    "xmq.core.node_caps",
+    "xmq.core.shared_delivery",
     "xmq.core.login_flow",
+    "xmq.core.connack_encoding",
+    "xmq.core.inline_auth",
     "xmq.core.lease_fence",
     "xmq.core.session_client",
     "xmq.cluster.cluster_hub",

@@ -256,7 +256,7 @@ def _run(args: argparse.Namespace) -> int:
         failed = [url for url in urls if _drain(url, args.server_reference, authorization) != 0]
         return 1 if failed else 0
     if args.command == "serve":
-        from xmq.app.cluster_runtime import ClusterIdentityError
+        from xmq.app.cluster_redis import ClusterIdentityError
         from xmq.app.server import serve
 
         try:

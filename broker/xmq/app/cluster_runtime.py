@@ -11,11 +11,10 @@ import asyncio
 import logging
 import os
 import time
-from urllib.parse import quote
 
-import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
+from xmq.app.cluster_redis import check_cluster_uid
 from xmq.cluster.cluster_hub import ClusterHub
 from xmq.cluster.dead_peers import DeadPeers
 from xmq.cluster.link_tls import link_tls_contexts
@@ -26,7 +25,7 @@ from xmq.cluster.peer_routes import start_wait_s, wait_for_peer_routes
 from xmq.cluster.pending_owners import PendingOwners
 from xmq.config import BrokerConfig
 from xmq.contract.keys import ClusterKeys, split_node_id
-from xmq.contract.pod import CLUSTER_UID_ENV, POD_IP_ENV, POD_UID_ENV, REDIS_URL_ENV
+from xmq.contract.pod import CLUSTER_UID_ENV, POD_IP_ENV, POD_UID_ENV
 from xmq.contract.retained_scripts import SET_RETAINED
 from xmq.contract.session_scripts import (
     APPEND_IF_OWNER,
@@ -41,7 +40,6 @@ from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.held_acks import AckGate
 from xmq.store.redis_batcher import RedisBatcher
 from xmq.store.redis_endpoint import (
-    SENTINEL_SCHEME,
     RedisEndpoint,
     redis_py_client,
 )
@@ -52,46 +50,6 @@ from xmq.store.retained_sync import RedisRetainedSync
 from xmq.store.session_directory import RedisSessionDirectory
 
 log = logging.getLogger("xmq.app.cluster")
-
-
-def redis_url_of(config: BrokerConfig) -> str | None:
-    """The cluster's Redis URL: ``cluster.redis_url``, else ``XMQ_REDIS_URL``, else None; with
-    ``cluster.redis_sentinels`` a ``redis+sentinel://`` URL of them (credentials and database
-    from that URL)."""
-    cluster = config.cluster
-    url = cluster.redis_url or os.environ.get(REDIS_URL_ENV) or None
-    if not cluster.redis_sentinels:
-        return url
-    base = RedisEndpoint.parse(url) if url else RedisEndpoint()
-    endpoint = base.with_sentinels(cluster.redis_sentinels, cluster.redis_master_name)
-    return endpoint_url(endpoint)
-
-
-def endpoint_url(endpoint: RedisEndpoint) -> str:
-    """The ``redis+sentinel://`` URL of an endpoint with sentinels."""
-    auth = ""
-    if endpoint.password:
-        auth = f"{quote(endpoint.username or '', safe='')}:{quote(endpoint.password, safe='')}@"
-    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in endpoint.sentinels)
-    return f"{SENTINEL_SCHEME}://{auth}{hosts}/{quote(endpoint.master_name, safe='')}/{endpoint.db}"
-
-
-class ClusterIdentityError(RuntimeError):
-    """The cluster's Redis key namespace is recorded for another XmqCluster (``cluster:uid``)."""
-
-
-async def check_cluster_uid(client: aioredis.Redis, keys: ClusterKeys, uid: str) -> None:
-    """Record ``uid`` as the namespace's owner unless one is recorded; refuse another one."""
-    key = keys.cluster_uid()
-    await client.set(key, uid, nx=True)
-    recorded = await client.get(key)
-    text = recorded.decode() if isinstance(recorded, bytes) else recorded
-    if text is not None and text != uid:
-        raise ClusterIdentityError(
-            f"cluster {keys.cluster!r} in Redis belongs to XmqCluster UID {text}, "
-            f"not to this node's {CLUSTER_UID_ENV}={uid}: refusing to join it "
-            "(give this cluster its own config cluster.name)"
-        )
 
 
 class ClusterRuntime:

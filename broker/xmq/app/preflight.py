@@ -19,7 +19,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from xmq.app.cluster_runtime import redis_url_of
+from xmq.app.cluster_redis import redis_url_of
 from xmq.app.worker_plan import worker_count, worker_http_port
 from xmq.auth.file_accounts import AccountsFileError, FileAccounts
 from xmq.cluster.link_tls import LinkTlsError, link_tls_contexts

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from xmq import __version__
 from xmq.app.cluster_metrics import cluster_metric_sources
-from xmq.app.cluster_runtime import ClusterRuntime, redis_url_of
+from xmq.app.cluster_redis import redis_url_of
+from xmq.app.cluster_runtime import ClusterRuntime
 from xmq.app.node_endpoint import NodeEndpoint, cluster_member_check, database_check
 from xmq.app.preflight import StartupError, check_startup
 from xmq.app.redis_metrics import RedisCollector

@@ -7,7 +7,11 @@ after; MQTT 3.1.x simply closes).
 
 from __future__ import annotations
 
+import struct
 from typing import Any
+
+#: Exceptions that mean "bad bytes" when they come out of decoding; converted to MalformedPacket.
+LOW_LEVEL_ERRORS = (struct.error, IndexError, ValueError, OverflowError)
 
 
 class ProtocolError(Exception):
@@ -92,6 +96,7 @@ class PayloadFormatInvalid(ProtocolError):  # noqa: N818 (names fixed by the API
 
 
 __all__ = [
+    "LOW_LEVEL_ERRORS",
     "MalformedPacket",
     "PacketTooLarge",
     "PayloadFormatInvalid",

@@ -9,19 +9,12 @@ selects MQTT 3.1.1 rules. CONNECT carries its own version.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Callable
 
-from xmq.codec.errors import (
-    MalformedPacket,
-    ProtocolError,
-    ProtocolViolation,
-    UnsupportedProtocolVersion,
-)
+from xmq.codec.connect_decoder import decode_connack, decode_connect
+from xmq.codec.errors import LOW_LEVEL_ERRORS, MalformedPacket, ProtocolViolation
 from xmq.codec.packets import (
     Auth,
-    Connack,
-    Connect,
     Disconnect,
     Packet,
     Pingreq,
@@ -36,13 +29,11 @@ from xmq.codec.packets import (
     SubscriptionRequest,
     Unsuback,
     Unsubscribe,
-    Will,
 )
-from xmq.codec.properties import WILL_PROPERTIES, Properties
+from xmq.codec.properties import Properties
 from xmq.codec.property_codec import decode_properties
 from xmq.codec.reason_codes import (
     AUTH_REASONS,
-    CONNACK_REASONS,
     DISCONNECT_REASONS,
     PUBACK_REASONS,
     PUBREL_REASONS,
@@ -50,10 +41,7 @@ from xmq.codec.reason_codes import (
     SUBACK_V311_REASONS,
     UNSUBACK_REASONS,
 )
-from xmq.codec.wire import Buffer, read_binary, read_string, read_u16
-
-#: Exceptions that mean "bad bytes" when they come out of decoding; converted to MalformedPacket.
-LOW_LEVEL_ERRORS = (struct.error, IndexError, ValueError, OverflowError)
+from xmq.codec.wire import Buffer, end_of, read_string, read_u16
 
 #: Required low nibble of the first byte per packet type (PUBLISH, index 3, is checked apart).
 FIXED_HEADER_FLAGS: tuple[int, ...] = (-1, 0, 0, -1, 0, 0, 2, 0, 2, 0, 2, 0, 0, 0, 0, 0)
@@ -64,11 +52,6 @@ def _packet_id(buf: Buffer, pos: int, end: int) -> int:
     if not packet_id:
         raise MalformedPacket("packet identifier must not be 0")
     return packet_id
-
-
-def _end_of(name: str, pos: int, end: int) -> None:
-    if pos != end:
-        raise MalformedPacket(f"{name}: {end - pos} unexpected trailing bytes")
 
 
 def decode_publish(flags: int, buf: Buffer, pos: int, end: int, version: int) -> Publish:
@@ -107,103 +90,6 @@ def decode_publish(flags: int, buf: Buffer, pos: int, end: int, version: int) ->
     return Publish(topic, buf[pos:end], qos, (flags & 1) != 0, (flags & 8) != 0, packet_id, props)
 
 
-def _connect(buf: Buffer, pos: int, end: int, version: int) -> Connect:
-    name, pos = read_string(buf, pos, end)
-    if pos >= end:
-        raise MalformedPacket("truncated CONNECT protocol level")
-    level = buf[pos]
-    if name == "MQTT":
-        supported = level in (4, 5)
-    elif name == "MQIsdp":
-        supported = level == 3
-    else:
-        raise UnsupportedProtocolVersion(
-            f"unknown protocol name {name!r}", protocol_version=level, protocol_name=name
-        )
-    if not supported:
-        raise UnsupportedProtocolVersion(
-            f"unsupported protocol level {level} for {name!r}",
-            protocol_version=level,
-            protocol_name=name,
-        )
-    try:
-        return _connect_fields(buf, pos + 1, end, name, level)
-    except ProtocolError as exc:
-        if not exc.protocol_version:
-            exc.protocol_version = level
-        raise
-    except LOW_LEVEL_ERRORS as low:  # (own name: mypyc types it by the first clause)
-        raise MalformedPacket(f"CONNECT: {low}", protocol_version=level) from low
-
-
-def _connect_fields(buf: Buffer, pos: int, end: int, name: str, level: int) -> Connect:
-    if pos + 3 > end:
-        raise MalformedPacket("truncated CONNECT variable header")
-    flags = buf[pos]
-    keep_alive = (buf[pos + 1] << 8) | buf[pos + 2]
-    pos += 3
-    if flags & 0x01:
-        raise MalformedPacket("CONNECT reserved flag set")
-    has_will = flags & 0x04
-    will_qos = (flags >> 3) & 3
-    will_retain = bool(flags & 0x20)
-    if has_will:
-        if will_qos == 3:
-            raise MalformedPacket("will QoS 3")
-    elif will_qos or will_retain:
-        raise MalformedPacket("will QoS/retain set without the will flag")
-    has_username = flags & 0x80
-    has_password = flags & 0x40
-    if has_password and not has_username and level < 5:
-        raise MalformedPacket("password without user name")
-    props = None
-    if level == 5:
-        props, pos = decode_properties(buf, pos, end, 1)
-        if (
-            props is not None
-            and props.authentication_data is not None
-            and props.authentication_method is None
-        ):
-            raise ProtocolViolation("authentication data without authentication method")
-    client_id, pos = read_string(buf, pos, end)
-    will = None
-    if has_will:
-        will_props = None
-        if level == 5:
-            will_props, pos = decode_properties(buf, pos, end, WILL_PROPERTIES)
-        will_topic, pos = read_string(buf, pos, end)
-        will_payload, pos = read_binary(buf, pos, end)
-        will = Will(will_topic, will_payload, will_qos, will_retain, will_props)
-    username = None
-    password = None
-    if has_username:
-        username, pos = read_string(buf, pos, end)
-    if has_password:
-        password, pos = read_binary(buf, pos, end)
-    _end_of("CONNECT", pos, end)
-    return Connect(
-        name, level, bool(flags & 0x02), keep_alive, client_id, props, will, username, password
-    )
-
-
-def _connack(buf: Buffer, pos: int, end: int, version: int) -> Connack:
-    if pos + 2 > end:
-        raise MalformedPacket("truncated CONNACK")
-    ack_flags = buf[pos]
-    reason = buf[pos + 1]
-    pos += 2
-    if ack_flags & 0xFE:
-        raise MalformedPacket("CONNACK reserved flags set")
-    props = None
-    if version == 5:
-        if reason not in CONNACK_REASONS:
-            raise MalformedPacket(f"invalid CONNACK reason code 0x{reason:02x}")
-        if pos < end:
-            props, pos = decode_properties(buf, pos, end, 2)
-    _end_of("CONNACK", pos, end)
-    return Connack(bool(ack_flags & 1), reason, props)
-
-
 def _ack_fields(
     buf: Buffer, pos: int, end: int, version: int, ptype: int, reasons: frozenset[int]
 ) -> tuple[int, int, Properties | None]:
@@ -219,7 +105,7 @@ def _ack_fields(
     props = None
     if pos + 1 < end:
         props, pos = decode_properties(buf, pos + 1, end, ptype)
-        _end_of("acknowledgement", pos, end)
+        end_of("acknowledgement", pos, end)
     return packet_id, reason, props
 
 
@@ -315,17 +201,17 @@ def _unsuback(buf: Buffer, pos: int, end: int, version: int) -> Unsuback:
     if version == 5:
         props, pos = decode_properties(buf, pos, end, 11)
         return Unsuback(packet_id, _codes(buf, pos, end, UNSUBACK_REASONS, "UNSUBACK"), props)
-    _end_of("UNSUBACK", pos, end)
+    end_of("UNSUBACK", pos, end)
     return Unsuback(packet_id, [])
 
 
 def _pingreq(buf: Buffer, pos: int, end: int, version: int) -> Pingreq:
-    _end_of("PINGREQ", pos, end)
+    end_of("PINGREQ", pos, end)
     return Pingreq()
 
 
 def _pingresp(buf: Buffer, pos: int, end: int, version: int) -> Pingresp:
-    _end_of("PINGRESP", pos, end)
+    end_of("PINGRESP", pos, end)
     return Pingresp()
 
 
@@ -340,13 +226,13 @@ def _reason_and_properties(
     props = None
     if pos + 1 < end:
         props, pos = decode_properties(buf, pos + 1, end, ptype)
-        _end_of(name, pos, end)
+        end_of(name, pos, end)
     return reason, props
 
 
 def _disconnect(buf: Buffer, pos: int, end: int, version: int) -> Disconnect:
     if version != 5:
-        _end_of("DISCONNECT", pos, end)
+        end_of("DISCONNECT", pos, end)
         return Disconnect()
     return Disconnect(*_reason_and_properties(buf, pos, end, 14, DISCONNECT_REASONS, "DISCONNECT"))
 
@@ -363,8 +249,8 @@ def _reserved(buf: Buffer, pos: int, end: int, version: int) -> Packet:
 
 _DECODERS: tuple[Callable[[Buffer, int, int, int], Packet], ...] = (
     _reserved,
-    _connect,
-    _connack,
+    decode_connect,
+    decode_connack,
     _reserved,  # PUBLISH is decoded by decode_body directly
     _puback,
     _pubrec,
@@ -404,7 +290,6 @@ def decode_packet(
 
 __all__ = [
     "FIXED_HEADER_FLAGS",
-    "LOW_LEVEL_ERRORS",
     "decode_body",
     "decode_packet",
     "decode_publish",

@@ -14,8 +14,8 @@ a read than the turn handles. A malformed packet later in the read raises when i
 
 from __future__ import annotations
 
-from xmq.codec.errors import MalformedPacket, PacketTooLarge, ProtocolError
-from xmq.codec.packet_decoder import LOW_LEVEL_ERRORS, decode_body, decode_packet, decode_publish
+from xmq.codec.errors import LOW_LEVEL_ERRORS, MalformedPacket, PacketTooLarge, ProtocolError
+from xmq.codec.packet_decoder import decode_body, decode_packet, decode_publish
 from xmq.codec.packets import Connect, Packet
 from xmq.codec.wire import read_varint
 

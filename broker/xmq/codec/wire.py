@@ -116,6 +116,12 @@ def read_binary(buf: Buffer, pos: int, end: int) -> tuple[bytes, int]:
     return buf[pos + 2 : stop], stop
 
 
+def end_of(name: str, pos: int, end: int) -> None:
+    """A packet body ``name`` read up to ``pos`` must end there (``end``)."""
+    if pos != end:
+        raise MalformedPacket(f"{name}: {end - pos} unexpected trailing bytes")
+
+
 __all__ = [
     "LENGTH_MAX",
     "U16",
@@ -125,6 +131,7 @@ __all__ = [
     "encode_binary",
     "encode_string",
     "encode_varint",
+    "end_of",
     "read_binary",
     "read_string",
     "read_u16",

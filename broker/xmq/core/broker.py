@@ -3,7 +3,8 @@
 Connections (``ClientConnection``) call into the broker synchronously; the timers are two
 deadline wheels (keep alive and connect timeouts; session expiry and delayed wills). Routing a
 PUBLISH looks up a per-topic delivery plan (cached until the subscriptions change), then hands
-the message to each session.
+the message to each session (a shared group's one member: ``core.shared_delivery``). Sessions
+live and end by ``core.session_lifecycle``, within the caps of ``core.node_caps``.
 """
 
 from __future__ import annotations
@@ -11,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from xmq.codec.packets import Will
 from xmq.codec.reason_codes import ReasonCode
 from xmq.core import shared_claims, shared_handoff
 from xmq.core.auth_ports import AuthEvents
-from xmq.core.cluster_claims import apply_restored
 from xmq.core.cluster_ports import (
     NO_DURABLE_CONTEXT,
     ClusterRouter,
@@ -26,27 +25,29 @@ from xmq.core.cluster_ports import (
     DurableHold,
     DurableStore,
     NodeIdentity,
-    RestoredSession,
     RetainedSync,
     SessionDirectory,
 )
-from xmq.core.deadline_wheel import DeadlineWheel, Slotted
+from xmq.core.deadline_wheel import DeadlineWheel
 from xmq.core.fanout_slices import SLICE as FANOUT_SLICE
 from xmq.core.fanout_slices import Fanout, FanoutSlices, Matches, Plan, extend_plan
 from xmq.core.held_acks import AckGate
 from xmq.core.lease_fence import LeaseFence
 from xmq.core.memory_cost import retained_cost
 from xmq.core.message import Message
+from xmq.core.node_caps import set_expiry
 from xmq.core.routed_inbound_ids import RoutedInboundIds, is_inbound_message_id
 from xmq.core.session import Delivery, Session, Subscription
+from xmq.core.session_lifecycle import cancel_timers, expiry_due, publish_will
 from xmq.core.settings import CoreSettings
+from xmq.core.shared_delivery import deliver_shared, offline_members, shared_elsewhere
 from xmq.core.stats import BrokerStats
 from xmq.core.subscription import deliver_planned
 from xmq.core.turn_flush import TurnFlush
-from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES, ConnectTerms, ServerLimits
+from xmq.protocol.connect_terms import ServerLimits
 from xmq.routing.filter_trie import MatchCache
 from xmq.routing.retained import RetainedStore
-from xmq.routing.shared_tree import SharedGroup, SharedSubscriptions
+from xmq.routing.shared_tree import SharedSubscriptions
 from xmq.routing.subscription_tree import SubscriptionTree
 
 if TYPE_CHECKING:
@@ -89,7 +90,9 @@ class Broker(AuthEvents):
         self.deadlines = DeadlineWheel(lambda: self.loop, fence=self.fence)
         # parked sessions' expiry and delayed wills: a wheel entry each, not a TimerHandle
         # (~700 bytes)
-        self.expiries = DeadlineWheel(lambda: self.loop, due=self._expiry_due, fence=self.fence)
+        self.expiries = DeadlineWheel(
+            lambda: self.loop, due=lambda entry, now: expiry_due(self, entry, now), fence=self.fence
+        )
         # Cluster ports (xmq.app wires them when Redis is configured; None on a single node).
         self.identity: NodeIdentity | None = None
         self.directory: SessionDirectory | None = None
@@ -125,186 +128,14 @@ class Broker(AuthEvents):
 
     # -- sessions ---------------------------------------------------------------------------
 
-    def session_cap_hit(self, terms: ConnectTerms) -> str | None:
-        """The session cap (``limits.max_sessions`` / ``max_persistent_sessions``) a CONNECT
-        with these terms would pass, or None. Resuming a session held here passes neither,
-        unless it turns a clean session into a persistent one at the persistent cap."""
-        settings = self.settings
-        existing = self.sessions.get(terms.client_id)
-        if (
-            existing is None
-            and settings.max_sessions
-            and len(self.sessions) >= settings.max_sessions
-        ):
-            return "sessions"
-        persistent_cap = settings.max_persistent_sessions
-        if (
-            persistent_cap
-            and terms.session_expiry_s
-            and (existing is None or not existing.expiry_s)
-            and self.persistent_sessions >= persistent_cap
-        ):
-            return "persistent_sessions"
-        return None
-
-    def set_expiry(self, session: Session, expiry_s: int) -> None:
-        """Set a session's expiry interval, keeping the persistent-session count."""
-        if bool(expiry_s) != bool(session.expiry_s):
-            self.persistent_sessions += 1 if expiry_s else -1
-        session.expiry_s = expiry_s
-
-    def retained_cap_hit(self, topic: str, message: Message) -> str | None:
-        """The retained cap (count or bytes) storing `message` on `topic` would pass, or None.
-
-        In a cluster every node holds the cluster's retained set, so each node checks the
-        messages it accepts against the whole set; messages other nodes accepted are stored
-        without a check (the copies must agree).
-        """
-        settings = self.settings
-        retained = self.retained
-        if (
-            settings.max_retained_messages
-            and len(retained) >= settings.max_retained_messages
-            and topic not in retained
-        ):
-            return "retained_messages"
-        if (
-            settings.max_retained_bytes
-            and retained.bytes + retained.cost_of_set(topic, message) > settings.max_retained_bytes
-        ):
-            return "retained_bytes"
-        return None
-
-    def attach(
-        self,
-        conn: ClientConnection,
-        terms: ConnectTerms,
-        restored: RestoredSession | None = None,
-        owner: str = "",
-    ) -> tuple[Session, bool]:
-        """Bind a connection to its session (taking over a live one); return (session, present).
-
-        ``owner``: the connecting identity (``core.session_access``), recorded with the
-        session; the caller has checked that an existing session is not another identity's.
-        """
-        existing = self.sessions.get(terms.client_id)
-        if existing is not None and existing.connection is not None:
-            existing.connection.take_over()  # detaches at once (may end the session)
-            existing = self.sessions.get(terms.client_id)
-        present = False
-        if existing is not None and terms.clean_start:
-            self.end_session(existing, release=False)
-            existing = None
-        if existing is None:
-            session = Session(terms.client_id, self.settings.queues, self.stats)
-            self.sessions[terms.client_id] = session
-            if restored is not None:
-                self.set_expiry(session, terms.session_expiry_s)
-                if self.store is not None and terms.session_expiry_s:
-                    session.store = self.store
-                apply_restored(self, session, restored)
-                present = restored.stored  # else only its inbound ids' incarnation
-        else:
-            session = existing
-            present = True
-            self._cancel_timers(session)
-        self.set_expiry(session, terms.session_expiry_s)
-        session.connection = conn
-        if owner:
-            session.owner = owner
-        if self.store is not None:
-            session.store = self.store if terms.session_expiry_s else None
-        return session, present
-
-    def detach(self, session: Session, conn: ClientConnection, publish_will: bool) -> None:
-        """A connection closed: keep or end its session, publish or schedule its will."""
-        if session.connection is not conn:
-            return
-        session.connection = None
-        if session.store is not None:
-            session.store.disconnected(session)
-        shared_handoff.member_left(self, session)
-        will = session.will
-        session.will = None
-        if will is not None and not publish_will:
-            will = None
-        expiry = session.expiry_s
-        if expiry == 0:
-            self.end_session(session)
-            if will is not None:
-                self.publish_will(will)
-            return
-        if will is not None:
-            delay = 0
-            if will.properties is not None and will.properties.will_delay_interval:
-                delay = will.properties.will_delay_interval
-            delay = min(delay, expiry)
-            if delay == 0:
-                self.publish_will(will)
-            else:
-                # one wheel entry for both deadlines: filed at the will's, which is first
-                now = self.now()
-                session.will = will
-                if expiry != SESSION_NEVER_EXPIRES:
-                    session.expires_at = now + expiry
-                self.expiries.add(session, now + delay)
-                return
-        if expiry != SESSION_NEVER_EXPIRES:
-            self.expiries.add(session, self.now() + expiry)
-
-    def _expiry_due(self, entry: Slotted, now: float) -> float | None:
-        """A parked session's delayed will or expiry came (``expiries``; never early, at most
-        two of the wheel's 0.25 s slots late). Unless it was resumed or handed over
-        meanwhile: its will is published and it is filed again at its expiry, or, expired,
-        it ends (publishing a will still pending)."""
-        session = cast(Session, entry)
-        if session.connection is not None or self.sessions.get(session.client_id) is not session:
-            return None
-        will = session.will
-        if will is not None:
-            expires_at = session.expires_at
-            if not expires_at or now < expires_at:
-                session.will = None
-                session.expires_at = 0.0
-                self.publish_will(will)
-                return expires_at or None  # never expires: not filed again
-        self.end_session(session)
-        return None
-
-    def _cancel_timers(self, session: Session) -> None:
-        if session.wheel_slot:
-            self.expiries.remove(session)
-        session.expires_at = 0.0
-        session.will = None  # a resumed session cancels its delayed will
-
-    def end_session(self, session: Session, release: bool = True) -> None:
-        """Remove a session and everything it owns; a delayed will still pending goes out."""
-        will = session.will
-        self._cancel_timers(session)
-        for flt, sub in list(session.subscriptions.items()):
-            self._remove_subscription(session, flt, sub)
-        session.subscriptions.clear()
-        shared_handoff.session_ended(self, session)
-        session.discard_queue()
-        if self.sessions.get(session.client_id) is session:
-            del self.sessions[session.client_id]
-            self.set_expiry(session, 0)
-            if self.cluster is not None:
-                self.cluster.session_gone(session, session.store is not None)
-            if release and self.directory is not None:
-                self.directory.release(session.client_id)
-        session.store = None
-        if will is not None:
-            self.publish_will(will)
-
     def hand_over(self, client_id: str, ends_session: bool = False) -> Session | None:
         """Another node takes this session over: close its client (0x8E), forget it here.
 
         Its stored copy (persistent sessions) stays in Redis for the new owner. With
         ``ends_session`` (the new connection starts clean) the session ends: a delayed will
-        still pending is published, as ``end_session`` does (MQTT 5 §3.1.3.2.2: the will goes when
-        the delay has passed or the session ends, whichever is first); a session resumed
-        elsewhere in time cancels it.
+        still pending is published, as ``session_lifecycle.end_session`` does (MQTT 5
+        §3.1.3.2.2: the will goes when the delay has passed or the session ends, whichever is
+        first); a session resumed elsewhere in time cancels it.
         """
         session = self.sessions.get(client_id)
         if session is None:
@@ -315,27 +146,21 @@ class Broker(AuthEvents):
         if session is None:
             return None
         will = session.will if ends_session else None
-        self._cancel_timers(session)
+        cancel_timers(self, session)
         durable = session.store is not None
         session.store = None  # it moves, it does not unsubscribe: no durable deltas
         for flt, sub in list(session.subscriptions.items()):
-            self._remove_subscription(session, flt, sub)
+            self.remove_subscription(session, flt, sub)
         shared_handoff.session_ended(self, session, moved=durable)
         session.clear_queue()
         session.inflight.clear()
         del self.sessions[client_id]
-        self.set_expiry(session, 0)
+        set_expiry(self, session, 0)
         if self.cluster is not None:
             self.cluster.session_gone(session, durable)
         if will is not None:
-            self.publish_will(will)
+            publish_will(self, will)
         return session
-
-    def publish_will(self, will: Will) -> None:
-        message = Message(
-            will.topic, will.payload, will.qos, will.retain, will.properties, None, self.now()
-        )
-        self.publish(message)
 
     # -- subscriptions ----------------------------------------------------------------------
 
@@ -371,10 +196,11 @@ class Broker(AuthEvents):
             return False
         if session.store is not None:
             session.store.subscribed(session, key, None)
-        self._remove_subscription(session, key, sub)
+        self.remove_subscription(session, key, sub)
         return True
 
-    def _remove_subscription(self, session: Session, key: str, sub: Subscription) -> None:
+    def remove_subscription(self, session: Session, key: str, sub: Subscription) -> None:
+        """Take a subscription out of the trees (``session.subscriptions`` is the caller's)."""
         if self.cluster is not None:
             self.cluster.subscription_changed(session, sub, False)
         if sub.share_group is None:
@@ -422,9 +248,8 @@ class Broker(AuthEvents):
             now = self.now() if message.expires_at is not None else 0.0
             for group in self.shared.match(message.topic):
                 if (
-                    cluster is not None
-                    and self._shared_elsewhere(cluster, group, message, context.hold)
-                ) or self._deliver_shared(group, message, now, (), context):
+                    cluster is not None and shared_elsewhere(cluster, group, message, context.hold)
+                ) or deliver_shared(self, group, message, now, (), context):
                     count += 1
         if isinstance(local, int):
             return local + count
@@ -493,7 +318,7 @@ class Broker(AuthEvents):
         acknowledgement the member's record holds (a message re-dispatched here).
         """
         found = self.shared.get_group(group, topic_filter)
-        picked = None if found is None else found.pick_excluding(self._offline_members(found))
+        picked = None if found is None else found.pick_excluding(offline_members(found))
         if picked is None and found is not None:
             picked = found.pick()  # only offline members: queue for one of them
         if picked is None:
@@ -526,10 +351,6 @@ class Broker(AuthEvents):
             on_done()
         return False
 
-    @staticmethod
-    def _offline_members(group: SharedGroup[Session, Subscription]) -> set[Session]:
-        return {session for session in group.members if session.connection is None}
-
     def deliver_direct(
         self, client_id: str, direct: Direct, context: DurableContext = NO_DURABLE_CONTEXT
     ) -> bool:
@@ -543,63 +364,10 @@ class Broker(AuthEvents):
         now = self.now() if message.expires_at is not None else 0.0
         return session.deliver(message, qos, retain, ids, None, now, context)
 
-    def _shared_elsewhere(
-        self,
-        cluster: ClusterRouter,
-        group: SharedGroup[Session, Subscription],
-        message: Message,
-        hold: DurableHold | None,
-    ) -> bool:
-        """Local members first; with none online here, another node's members get it."""
-        for session in group.members:
-            if session.connection is not None:
-                return False
-        if not cluster.has_shared(group.group, group.topic_filter):
-            return False
-        return cluster.forward_shared(group.group, group.topic_filter, message, hold)
-
     def drop_all_sessions(self) -> None:
         """The node lost its lease: forget every session (their stored copies stay)."""
         for client_id in list(self.sessions):
             self.hand_over(client_id)
-
-    def _deliver_shared(
-        self,
-        group: SharedGroup[Session, Subscription],
-        message: Message,
-        now: float,
-        exclude: tuple[Session, ...],
-        context: DurableContext = NO_DURABLE_CONTEXT,
-    ) -> bool:
-        """Deliver to one member of a shared group: an online one if any, else a queue."""
-        tried: set[Session] = set(exclude)
-        fallback: tuple[Session, Subscription] | None = None
-        while True:
-            picked = group.pick_excluding(tried)
-            if picked is None:
-                break
-            session, sub = picked
-            tried.add(session)
-            if session.connection is None:
-                if fallback is None and session.expiry_s:
-                    fallback = picked
-                continue
-            qos = min(sub.qos, message.qos)
-            ids = (sub.identifier,) if sub.identifier else _NO_IDS
-            if message.qos == 2 and message.forward_id and (qos == 0 or session.store is None):
-                store = self.store  # an inbound QoS 2 message: the group is claimed first
-                if store is not None and shared_claims.claim_id(message):
-                    return shared_claims.deliver_claimed(
-                        self, store, session, sub, message, qos, ids, context.hold, None
-                    )
-            return session.deliver(message, qos, False, ids, sub, now, context)
-        if fallback is not None:
-            session, sub = fallback
-            ids = (sub.identifier,) if sub.identifier else _NO_IDS
-            qos = min(sub.qos, message.qos)
-            return session.deliver(message, qos, False, ids, sub, now, context)
-        self.stats.drop("no_shared_member")
-        return False
 
     def redispatch(self, delivery: Delivery) -> None:
         """A shared-subscription message its member gave up goes to another member
@@ -609,7 +377,7 @@ class Broker(AuthEvents):
             return
         message = shared_claims.handed_on(delivery.message)  # the group has it: no claim
         group = self.shared.get_group(share.share_group, share.topic_filter)
-        if group is not None and self._deliver_shared(group, message, self.now(), (share.session,)):
+        if group is not None and deliver_shared(self, group, message, self.now(), (share.session,)):
             return
         cluster = self.cluster
         if cluster is not None and cluster.forward_shared(

@@ -27,7 +27,6 @@ from xmq.core.session import Session, Subscription
 
 if TYPE_CHECKING:
     from xmq.core.broker import Broker
-    from xmq.core.connection import ClientConnection
     from xmq.protocol.connect_terms import ConnectTerms
 
 _MAX_ROUNDS = 6
@@ -113,30 +112,6 @@ async def claim_cluster_wide(
                 f" within {identity.connect_wait_s:.1f}s (its lease has not expired): retry"
             )
         await asyncio.sleep(max(0.05, identity.lease_ttl_s / 10))
-
-
-def park_unattached(
-    broker: Broker,
-    conn: ClientConnection,
-    terms: ConnectTerms,
-    restored: RestoredSession | None,
-    owner: str,
-) -> None:
-    """The claim made this node the owner, but its client went away before the CONNACK.
-
-    A persistent session is then held here as if its client had connected and dropped at once
-    (no will: its CONNECT was never accepted): its subscriptions are routed to it, its
-    messages kept, and it expires like any parked session (its Redis keys get their TTLs).
-    Left alone, it would be owned in Redis by a node that does not hold it: messages for it
-    only reached its queue by the detour of the hand-over's DIRECT frames, and nothing
-    expired it. A session held here already (newer than the stored copy) is left as it is.
-    """
-    if restored is None or terms.session_expiry_s == 0:
-        return
-    if broker.sessions.get(terms.client_id) is not None:
-        return
-    session, _ = broker.attach(conn, terms, restored, owner)
-    broker.detach(session, conn, publish_will=False)
 
 
 def apply_restored(broker: Broker, session: Session, restored: RestoredSession) -> None:

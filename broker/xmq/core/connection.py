@@ -13,7 +13,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from xmq.codec.errors import ProtocolError, UnsupportedProtocolVersion
 from xmq.codec.packets import (
     MQTT_5,
     Auth,
@@ -30,9 +29,15 @@ from xmq.codec.packets import (
     Unsubscribe,
 )
 from xmq.codec.properties import Properties
-from xmq.codec.reason_codes import DISCONNECT_REASONS, ReasonCode
-from xmq.codec.writer import PINGRESP_BYTES, encode
+from xmq.codec.reason_codes import ReasonCode
+from xmq.codec.writer import encode
 from xmq.core.auth_ports import AllowAll, Authenticator, AuthExchange, Authorizer, ClientAcl
+from xmq.core.connected_packets import (
+    closing_disconnect,
+    disconnect_reason_code,
+    on_disconnect,
+    on_pingreq,
+)
 from xmq.core.connection_states import (
     AUTHENTICATING,
     AWAIT_CONNECT,
@@ -49,12 +54,14 @@ from xmq.core.connection_states import (
     next_state,
 )
 from xmq.core.login_flow import on_auth, on_connect, refuse_connect, reload_acl
+from xmq.core.login_input import hold_packet
 from xmq.core.message import Message
 from xmq.core.ports import ClientLink
 from xmq.core.publish_flow import on_puback, on_pubcomp, on_publish, on_pubrec, on_pubrel
 from xmq.core.retained_feed import RetainedFeed
 from xmq.core.session import Session
 from xmq.core.session_client import SessionClient
+from xmq.core.session_lifecycle import detach
 from xmq.core.subscribe_flow import handle_subscribe, handle_unsubscribe
 from xmq.protocol.connect_terms import ConnectTerms
 from xmq.protocol.outbound_qos import VIOLATION
@@ -65,17 +72,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xmq.connection")
 
-# CONNACK-only refusals said on a live connection (a failed re-authentication)
-_AS_DISCONNECT: dict[int, int] = {
-    ReasonCode.BAD_USER_NAME_OR_PASSWORD: ReasonCode.NOT_AUTHORIZED,
-    ReasonCode.BANNED: ReasonCode.NOT_AUTHORIZED,
-    ReasonCode.BAD_AUTHENTICATION_METHOD: ReasonCode.NOT_AUTHORIZED,
-}
-
-MAX_HELD_PACKETS = 1024
-"""Packets a client may pipeline after its CONNECT, held until the CONNACK."""
-MAX_PENDING_BEFORE_CONNACK = 65_536
-"""Bytes of an incomplete packet read during an enhanced-authentication exchange."""
 _ALLOW_ALL = AllowAll()
 
 
@@ -155,72 +151,12 @@ class ClientConnection(SessionClient):
             if isinstance(packet, Auth):
                 on_auth(self, packet)
             else:
-                self._hold(packet)
+                hold_packet(self, packet)
         elif state == AWAIT_CONNECT:
             if isinstance(packet, Connect):
                 on_connect(self, packet)
             else:
                 refuse_connect(self, ReasonCode.PROTOCOL_ERROR, "the first packet must be CONNECT")
-
-    def _hold(self, packet: Packet) -> None:
-        """A packet sent before the CONNACK: held until the login is accepted, within bounds.
-
-        With enhanced authentication only AUTH and DISCONNECT may come before the CONNACK
-        [MQTT-3.1.2-30]: anything else is a protocol error, a DISCONNECT ends the attempt.
-        Otherwise (a client may pipeline after its CONNECT) at most ``MAX_HELD_PACKETS`` are
-        held: reading is paused meanwhile, so they came in the CONNECT's read.
-        """
-        terms = self.terms
-        if terms is not None and terms.authentication_method is not None:
-            if isinstance(packet, Disconnect):
-                self.state = next_state(self.state, ENDED)
-                self.link.close()
-            else:
-                refuse_connect(self, ReasonCode.PROTOCOL_ERROR, "only AUTH before the CONNACK")
-            return
-        held = self.held_packets
-        if held is None:
-            held = self.held_packets = []
-        if len(held) >= MAX_HELD_PACKETS:
-            refuse_connect(self, ReasonCode.QUOTA_EXCEEDED, "too many packets before the CONNACK")
-            return
-        held.append(packet)
-
-    def accepts_pending(self, pending: int) -> bool:
-        """Whether ``pending`` bytes of an incomplete packet may wait in the network adapter.
-
-        During an enhanced-authentication exchange (reading is open for the client's AUTH)
-        at most ``MAX_PENDING_BEFORE_CONNACK``: an AUTH is small, and nothing else may come.
-        """
-        if pending <= MAX_PENDING_BEFORE_CONNACK or self.state == CONNECTED:
-            return True
-        terms = self.terms
-        return self.state == AWAIT_CONNECT or terms is None or terms.authentication_method is None
-
-    def refuse_pending(self) -> None:
-        """Too many bytes of an incomplete packet before the CONNACK (``accepts_pending``)."""
-        refuse_connect(self, ReasonCode.PACKET_TOO_LARGE, "too much data before the CONNACK")
-
-    def login_overdue(self) -> bool:
-        """The connect deadline came: True while the login still waits for the client (its
-        CONNECT, the password check, an AUTH of an exchange), not while its session is claimed
-        cluster-wide (``CLAIMING``: bounded by the claim itself)."""
-        return self.state in (AWAIT_CONNECT, AUTHENTICATING)
-
-    def protocol_error(self, error: ProtocolError) -> None:
-        """The decoder refused the input: answer with the error's reason code and close."""
-        if isinstance(error, UnsupportedProtocolVersion):
-            # Level 5 under a wrong protocol name is an MQTT 5 client: 0x84 in its own format
-            # (MQTT-3.1.2-1); any other unknown level gets the 3.1.1 format (code 0x01).
-            self.version = 5 if error.protocol_version == 5 else 4
-            refuse_connect(self, ReasonCode.UNSUPPORTED_PROTOCOL_VERSION, str(error))
-        elif self.state == AWAIT_CONNECT:
-            # A CONNECT that failed after its protocol level was read is answered in that
-            # version's format (3.1.x: CONNACK with the mapped code); before that: closed.
-            self.version = error.protocol_version or 0
-            refuse_connect(self, error.reason_code, str(error))
-        else:
-            self.close_with(error.reason_code, str(error))
 
     def touch(self, now: float) -> None:
         self.last_seen = now
@@ -340,10 +276,7 @@ class ClientConnection(SessionClient):
         if self.state != CONNECTED:
             refuse_connect(self, reason_code, reason)
             return
-        if reason_code not in DISCONNECT_REASONS:
-            # a DISCONNECT carries DISCONNECT reason codes only (MQTT-3.14.2-1): a refusal
-            # that CONNACK alone can say (a failed re-authentication's 0x86, 0x8C) is 0x87
-            reason_code = _AS_DISCONNECT.get(reason_code, ReasonCode.UNSPECIFIED_ERROR)
+        reason_code = disconnect_reason_code(reason_code)
         closed = self.broker.stats.disconnects_by_reason
         closed[reason_code] = closed.get(reason_code, 0) + 1
         if log.isEnabledFor(logging.INFO):
@@ -351,25 +284,31 @@ class ClientConnection(SessionClient):
                 "closing %s (%s): 0x%02X %s", self.link.peer, self.client_id, reason_code, reason
             )
         if self.version == MQTT_5:
-            props = None
-            if self.problem_info and reason:
-                props = Properties()
-                props.reason_string = reason
-            if server_reference:
-                props = props or Properties()
-                props.server_reference = server_reference
-            data = encode(Disconnect(reason_code, props), MQTT_5)
-            if len(data) > self.max_packet_size and props is not None and props.reason_string:
-                # no Reason String beyond the client's Maximum Packet Size (MQTT-3.14.2-3)
-                props.reason_string = None
-                data = encode(Disconnect(reason_code, props), MQTT_5)
-            self.link.write(data)
+            reason_string = reason if self.problem_info else ""
+            self.link.write(
+                closing_disconnect(
+                    reason_code, reason_string, server_reference, self.max_packet_size
+                )
+            )
         self._detach(publish_will=True)
         self.link.close()
 
     def take_over(self) -> None:
         """Another connection claimed this client id (0x8E to this one)."""
         self.close_with(ReasonCode.SESSION_TAKEN_OVER, "session taken over")
+
+    def disconnected_before_connack(self) -> None:
+        """A DISCONNECT during an enhanced-authentication exchange ends the attempt
+        (``login_input.hold_packet``)."""
+        self.state = next_state(self.state, ENDED)
+        self.link.close()
+
+    def disconnect_received(self, publish_will: bool) -> None:
+        """The client sent DISCONNECT (``connected_packets.on_disconnect``): the session is
+        detached, publishing its will when the client asked for it (0x04), and the link closed."""
+        self.will_on_close = publish_will
+        self._detach(publish_will)
+        self.link.close()
 
     def connection_lost(self) -> None:
         """The network connection is gone (called by the adapter exactly once)."""
@@ -393,7 +332,7 @@ class ClientConnection(SessionClient):
         if self.retained_feed is not None:
             self.retained_feed.stop()
         if self.session is not None:
-            broker.detach(self.session, self, publish_will)
+            detach(broker, self.session, self, publish_will)
 
     def refresh_acl(self) -> None:
         """Accounts changed: reload this client's rules and drop subscriptions now denied."""
@@ -446,23 +385,6 @@ class ClientConnection(SessionClient):
         return props
 
 
-def _on_pingreq(conn: ClientConnection, packet: Pingreq) -> None:
-    conn.link.write(PINGRESP_BYTES)
-
-
-def _on_disconnect(conn: ClientConnection, packet: Disconnect) -> None:
-    session = conn.session
-    props = packet.properties
-    if session is not None and props is not None and props.session_expiry_interval is not None:
-        if session.expiry_s == 0 and props.session_expiry_interval != 0:
-            conn.close_with(ReasonCode.PROTOCOL_ERROR, "session expiry set after 0")
-            return
-        conn.broker.set_expiry(session, props.session_expiry_interval)
-    conn.will_on_close = packet.reason_code == ReasonCode.DISCONNECT_WITH_WILL
-    conn._detach(publish_will=conn.will_on_close)
-    conn.link.close()
-
-
 _HANDLERS: dict[type, Callable[[ClientConnection, Any], None]] = {
     Publish: on_publish,
     Puback: on_puback,
@@ -471,7 +393,7 @@ _HANDLERS: dict[type, Callable[[ClientConnection, Any], None]] = {
     Pubcomp: on_pubcomp,
     Subscribe: handle_subscribe,
     Unsubscribe: handle_unsubscribe,
-    Pingreq: _on_pingreq,
-    Disconnect: _on_disconnect,
+    Pingreq: on_pingreq,
+    Disconnect: on_disconnect,
     Auth: on_auth,
 }

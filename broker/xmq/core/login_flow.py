@@ -4,10 +4,12 @@
 (a plain decision, or the first step of an MQTT 5 enhanced-authentication exchange); ``on_auth``
 takes the client's AUTH packets: the next step of an exchange, or the re-authentication of a
 connected client. An accepted client claims its client id (cluster-wide when clustered), is
-attached to its session and gets its CONNACK; the packets it sent meanwhile (held by
-``ClientConnection.handle``) are then replayed. ``refuse_connect`` answers a refused attempt
-with CONNACK (in the client's protocol version) and closes. The same tracked task reloads a
-connected client's ACL when its account changes (``reload_acl``).
+attached to its session and gets its CONNACK (``core.connack_encoding``); the packets it sent
+meanwhile (held by ``core.login_input``) are then replayed. A login whose authenticator and
+authorizer answer at once (``core.inline_auth``) runs inline, without a task.
+``refuse_connect`` answers a refused attempt with CONNACK (in the client's protocol version)
+and closes. The same tracked task reloads a connected client's ACL when its account changes
+(``reload_acl``).
 """
 
 from __future__ import annotations
@@ -16,16 +18,19 @@ import asyncio
 import logging
 from collections.abc import Coroutine
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from xmq.codec.packets import MQTT_5, Auth, Connack, Connect
+from xmq.codec.packets import MQTT_5, Auth, Connect
 from xmq.codec.properties import Properties
-from xmq.codec.reason_codes import ReasonCode, connack_v311_code
+from xmq.codec.reason_codes import ReasonCode
 from xmq.codec.writer import encode
 from xmq.core.auth_ports import AuthDecision, AuthExchange, ClientAcl, Credentials
-from xmq.core.cluster_claims import claim_cluster_wide, park_unattached
+from xmq.core.cluster_claims import claim_cluster_wide
 from xmq.core.cluster_ports import ClusterUnavailableError, ForeignSessionError, RestoredSession
+from xmq.core.connack_encoding import accepting_connack, refusing_connack
 from xmq.core.connection_states import AUTHENTICATING, CLAIMING, CLOSED, CONNECTED
+from xmq.core.inline_auth import is_inline_pair
+from xmq.core.node_caps import session_cap_hit
 from xmq.core.session_access import (
     CLEAN_START,
     identity_of,
@@ -33,14 +38,11 @@ from xmq.core.session_access import (
     recheck_resumed,
     will_refusal,
 )
+from xmq.core.session_lifecycle import attach, park_unattached
 from xmq.protocol.connect_terms import (
     ConnectRefused,
     ConnectTerms,
-    ServerLimits,
-    connack_is_plain,
-    connack_properties,
     negotiate_connect,
-    server_properties,
 )
 
 if TYPE_CHECKING:
@@ -48,21 +50,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("xmq.connection")  # one logger for everything about a connection
 
-# MQTT 3.1.1 has no CONNACK code for these: the connection is just closed (an invalid will
-# topic is a malformed CONNECT there).
-_CLOSE_SILENTLY_V311 = frozenset(
-    (ReasonCode.MALFORMED_PACKET, ReasonCode.PROTOCOL_ERROR, ReasonCode.TOPIC_NAME_INVALID)
-)
-
 # Refusals of admission control (connection limits and rates): load shedding, logged at DEBUG
 # only: a storm refused at thousands per second would otherwise log as many INFO lines. They
 # are counted by reason (``stats.refused_by_reason``, per listener in the metrics).
 _SHED_CODES = frozenset((ReasonCode.QUOTA_EXCEEDED, ReasonCode.CONNECTION_RATE_EXCEEDED))
-# CONNACK accepting an MQTT 3.1 / 3.1.1 client, without and with a session present.
-_CONNACK_V311 = b"\x20\x02\x00\x00"
-_CONNACK_V311_PRESENT = b"\x20\x02\x01\x00"
-# Encoded plain MQTT 5 CONNACKs by id(limits): (limits, without session, with session).
-_PLAIN_CONNACKS: dict[int, tuple[ServerLimits, bytes, bytes]] = {}
 
 
 def on_connect(conn: ClientConnection, connect: Connect) -> None:
@@ -86,58 +77,12 @@ def on_connect(conn: ClientConnection, connect: Connect) -> None:
             return
         data = connect.properties.authentication_data if connect.properties else None
         _start_task(conn, _exchange_step(conn, exchange, data, connect))
-    elif conn.broker.directory is None and _inline(conn.authenticator, conn.authorizer):
+    elif conn.broker.directory is None and is_inline_pair(conn.authenticator, conn.authorizer):
         _login_inline(conn, credentials, connect)
         return
     else:
         _start_task(conn, _authenticate(conn, credentials, connect))
     conn.link.pause_reading()  # reading waits for the login (this read's packets are held)
-
-
-def _inline(authenticator: object, authorizer: object) -> bool:
-    """A login that needs no task nor coroutine: an authenticator and an authorizer marked
-    ``inline`` (in memory, never waiting), whose ``decide`` / ``acl_now`` give the answers of
-    their ``authenticate`` / ``acl_for`` (each pair written by the same class: a subclass that
-    overrides only the coroutine, one that waits, is not inline). Known per class; the last
-    pair asked is compared first (every connection of a listener has the same pair: no key
-    tuple nor dict lookup per connect)."""
-    first = type(authenticator)
-    second = type(authorizer)
-    last = _LAST_PAIR
-    if first is last.authenticator and second is last.authorizer:
-        return last.inline
-    key = (first, second)
-    known = _INLINE_CLASSES.get(key)
-    if known is None:
-        known = _INLINE_CLASSES[key] = _pair_of(first, "decide", "authenticate") and _pair_of(
-            second, "acl_now", "acl_for"
-        )
-    last.authenticator = first
-    last.authorizer = second
-    last.inline = known
-    return known
-
-
-class _LastPair:
-    """The classes of the last (authenticator, authorizer) pair ``_inline`` was asked about,
-    and its answer."""
-
-    def __init__(self) -> None:
-        self.authenticator: type | None = None
-        self.authorizer: type | None = None
-        self.inline = False
-
-
-_INLINE_CLASSES: dict[tuple[type, type], bool] = {}
-_LAST_PAIR: Final = _LastPair()
-
-
-def _pair_of(cls: type, now: str, later: str) -> bool:
-    """``cls`` is marked ``inline`` and its ``now`` and ``later`` methods come from one class."""
-    if getattr(cls, "inline", False) is not True:
-        return False
-    owners = [next((k for k in cls.__mro__ if name in k.__dict__), None) for name in (now, later)]
-    return owners[0] is not None and owners[0] is owners[1]
 
 
 def _login_inline(conn: ClientConnection, credentials: Credentials, connect: Connect) -> None:
@@ -302,7 +247,7 @@ def _admissible(conn: ClientConnection, connect: Connect, acl: ClientAcl, owner:
     terms = conn.terms
     assert terms is not None
     broker = conn.broker
-    cap = broker.session_cap_hit(terms)
+    cap = session_cap_hit(broker, terms)
     if cap is not None:
         broker.stats.cap_hit(cap)
         refuse_connect(conn, ReasonCode.QUOTA_EXCEEDED, f"{cap} cap reached")
@@ -332,7 +277,7 @@ def _admit(
     terms = conn.terms
     assert terms is not None
     broker = conn.broker
-    session, present = broker.attach(conn, terms, restored, owner)
+    session, present = attach(broker, conn, terms, restored, owner)
     if present:  # the rules may have changed while it was away
         removed, dropped = recheck_resumed(broker, session, acl)
         if (removed or dropped) and log.isEnabledFor(logging.INFO):
@@ -345,29 +290,9 @@ def _admit(
             )
     session.will = connect.will
     conn.login_accepted(session, acl, decision.username)
-    if conn.version == MQTT_5:
-        requested = None
-        if connect.properties is not None:
-            requested = connect.properties.session_expiry_interval
-        limits = broker.settings.limits
-        if (
-            props is None
-            and not terms.request_response_information
-            and connack_is_plain(terms, requested)
-        ):
-            conn.link.write(_plain_connack(limits, present))
-        else:
-            ack_props = connack_properties(terms, limits, requested)
-            if props is not None:
-                ack_props.authentication_method = props.authentication_method
-                ack_props.authentication_data = props.authentication_data
-            if terms.request_response_information:
-                ack_props.response_information = (
-                    broker.settings.response_information_prefix + terms.client_id
-                )
-            conn.link.write(encode(Connack(present, 0, ack_props), MQTT_5))
-    else:
-        conn.link.write(_CONNACK_V311_PRESENT if present else _CONNACK_V311)
+    conn.link.write(
+        accepting_connack(conn.version, terms, broker.settings, connect, props, present)
+    )
     if terms.keep_alive_s:
         conn.arm_keepalive(terms.keep_alive_s * 1.5)
     if log.isEnabledFor(logging.DEBUG):  # accepted connects: DEBUG (counted in $SYS, metrics)
@@ -405,42 +330,6 @@ def _foreign_refused(
     return False
 
 
-def _plain_connack(limits: ServerLimits, present: bool) -> bytes:
-    """The MQTT 5 CONNACK (success) with only the server's limits, encoded once per limits;
-    the last limits asked are compared first (one ``ServerLimits`` per broker: no boxed id
-    nor dict lookup per connect)."""
-    last = _LAST_CONNACKS
-    if last.limits is limits:
-        return last.present if present else last.absent
-    entry = _PLAIN_CONNACKS.get(id(limits))
-    if entry is None or entry[0] is not limits:  # the entry holds ``limits``: no id reuse
-        if len(_PLAIN_CONNACKS) >= 16:
-            _PLAIN_CONNACKS.clear()
-        props = server_properties(limits)
-        entry = (
-            limits,
-            encode(Connack(False, 0, props), MQTT_5),
-            encode(Connack(True, 0, props), MQTT_5),
-        )
-        _PLAIN_CONNACKS[id(limits)] = entry
-    last.limits = limits
-    last.absent = entry[1]
-    last.present = entry[2]
-    return entry[2] if present else entry[1]
-
-
-class _LastConnacks:
-    """The limits ``_plain_connack`` was last asked for and their two CONNACKs."""
-
-    def __init__(self) -> None:
-        self.limits: ServerLimits | None = None
-        self.absent = b""
-        self.present = b""
-
-
-_LAST_CONNACKS: Final = _LastConnacks()
-
-
 def refuse_connect(conn: ClientConnection, reason_code: int, reason: str) -> None:
     """Refuse a connection attempt with CONNACK (MQTT 5 reason or 3.1.1 code), then close."""
     if conn.state == CLOSED:
@@ -458,14 +347,9 @@ def refuse_connect(conn: ClientConnection, reason_code: int, reason: str) -> Non
             reason_code,
             reason,
         )
-    if conn.version == MQTT_5:
-        props = None
-        if conn.problem_info and reason:
-            props = Properties()
-            props.reason_string = reason
-        conn.link.write(encode(Connack(False, reason_code, props), MQTT_5))
-    elif conn.version in (3, 4) and reason_code not in _CLOSE_SILENTLY_V311:
-        conn.link.write(encode(Connack(False, connack_v311_code(reason_code)), conn.version))
+    data = refusing_connack(conn.version, reason_code, reason, conn.problem_info)
+    if data is not None:
+        conn.link.write(data)
     conn.login_refused()
     conn.link.close()
 

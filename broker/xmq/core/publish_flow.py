@@ -15,6 +15,7 @@ from xmq.core.auth_ports import RESERVED_TOPIC_PREFIX, AllowAll
 from xmq.core.cluster_ports import DurableContext
 from xmq.core.held_acks import AckGate, HeldAck
 from xmq.core.message import EncodedPublish, Message, routed_message
+from xmq.core.node_caps import retained_cap_hit
 from xmq.protocol.outbound_qos import NOT_FOUND, VIOLATION
 from xmq.routing.topics import TopicError, has_wildcard, validate_topic_name
 
@@ -135,7 +136,7 @@ def route_publish(
     message = routed_message(
         topic, payload, qos, retain, props, session.client_id, now, wire, conn.version
     )
-    if retain and payload and (cap := broker.retained_cap_hit(topic, message)) is not None:
+    if retain and payload and (cap := retained_cap_hit(broker, topic, message)) is not None:
         _refuse_retained(conn, qos, packet_id, cap)
         return
     if qos and (gate := broker.acks) is not None:  # None without a cluster

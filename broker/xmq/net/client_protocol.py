@@ -31,6 +31,7 @@ from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
 from xmq.core.connection import ClientConnection
 from xmq.core.connection_states import CONNECTED
+from xmq.core.login_input import accepts_pending, protocol_error, refuse_pending
 from xmq.core.publish_flow import route_publish
 from xmq.core.turn_flush import TurnFlush
 from xmq.net.client_output import ClientOutput
@@ -198,9 +199,9 @@ class MqttClientProtocol(ClientOutput):
             pending
             and conn.state != CONNECTED
             and not self._closing
-            and not conn.accepts_pending(len(pending))
+            and not accepts_pending(conn, len(pending))
         ):
-            conn.refuse_pending()
+            refuse_pending(conn)
             self._closing = True
 
     def _handle_slice(self, data: bytes) -> bool:
@@ -225,7 +226,7 @@ class MqttClientProtocol(ClientOutput):
             if index == len(packets):
                 if error is not None:
                     if not self._closing:
-                        conn.protocol_error(error)
+                        protocol_error(conn, error)
                         self._closing = True
                     return True
                 if not data and not reader.more:

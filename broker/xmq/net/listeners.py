@@ -20,6 +20,7 @@ from xmq.config import ListenerConfig
 from xmq.core.auth_ports import Authenticator, Authorizer
 from xmq.core.broker import Broker
 from xmq.core.connection_states import AWAIT_CONNECT
+from xmq.core.login_input import login_overdue
 from xmq.net.admission import ListenerGate, RefusedClientProtocol
 from xmq.net.certificate_auth import CertificateUserAuthenticator
 from xmq.net.client_protocol import FlushScheduler, MqttClientProtocol
@@ -267,7 +268,7 @@ class ListenerSet:
         """The connect timeout: a client that has not sent its CONNECT, or whose login still
         waits for it (an unfinished AUTH exchange) or for its password check, is dropped."""
         conn = client.conn
-        if client in self.clients and conn.login_overdue():
+        if client in self.clients and login_overdue(conn):
             gate.connect_timeouts += 1
             what = "CONNECT" if conn.state == AWAIT_CONNECT else "finished login"
             log.info("dropped %s: no %s within the connect timeout", client.peer, what)

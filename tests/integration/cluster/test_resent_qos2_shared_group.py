@@ -6,8 +6,8 @@ PUBREC; its connection then drops before its PUBREL (as when the PUBREC was lost
 resumes its session and sends the PUBLISH again (DUP), as MQTT asks of a sender without a
 PUBREC. The node that reads the re-send routes it once more when its claim read the packet id
 back from Redis (``InboundMessageIds.route_again``), and picks a member of the group anew: a
-member on that node first (``Broker._shared_elsewhere``), the next one in round-robin order
-otherwise (``publish_shared_from_peer``, ``_deliver_shared``). Before, the group got the
+member on that node first (``shared_delivery.shared_elsewhere``), the next one in round-robin order
+otherwise (``publish_shared_from_peer``, ``deliver_shared``). Before, the group got the
 message twice, through two members. Now a delivery of such a message claims the group in
 Redis (``shared:seen:<message id>:<group>/<filter>``, ``core.shared_claims``): the second
 routing finds the claim and delivers nothing.

@@ -5,7 +5,7 @@ node 2 and disconnects (or stays connected); node 2 is killed (SIGKILL) and its 
 released (what the operator does for a dead pod). A publisher on node 1 then publishes QoS 1
 and QoS 2 messages to the topic: the group has no live member anywhere, only that session,
 whose owner is gone. A single node queues such a message for an offline persistent member
-(``Broker._deliver_shared``); before, node 1 knew nothing of node 2's shared persistent
+(``shared_delivery.deliver_shared``); before, node 1 knew nothing of node 2's shared persistent
 subscriptions (DSUB announced only non-shared ones): the publisher got 0x10 and the messages
 were lost (issue 12). Now node 1 appends them to the session's Redis queue
 (``RouteTable.shared_orphans``): PUBACK 0x00, and the member, resumed on node 1, receives each

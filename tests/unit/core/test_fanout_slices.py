@@ -13,6 +13,7 @@ from xmq.core.broker import Broker
 from xmq.core.fanout_slices import PLANNED_PER_DELIVERY, SLICE, Fanout
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits, Session, Subscription
+from xmq.core.session_lifecycle import end_session
 from xmq.core.settings import CoreSettings
 
 
@@ -95,7 +96,7 @@ def test_a_session_gone_before_its_slice_gets_nothing() -> None:
     assert isinstance(fanout, Fanout)
     counts: list[int] = []
     fanout.routed = lambda count, dropped: counts.append(count)
-    broker.end_session(last)
+    end_session(broker, last)
     while loop.pending():
         loop.run_turn()
     assert _payloads(last) == []

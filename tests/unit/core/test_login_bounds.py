@@ -17,8 +17,13 @@ from xmq.core.auth_ports import (
     Credentials,
 )
 from xmq.core.broker import Broker
-from xmq.core.connection import MAX_HELD_PACKETS, MAX_PENDING_BEFORE_CONNACK
 from xmq.core.connection_states import AUTHENTICATING, CLOSED, CONNECTED
+from xmq.core.login_input import (
+    MAX_HELD_PACKETS,
+    MAX_PENDING_BEFORE_CONNACK,
+    accepts_pending,
+    login_overdue,
+)
 from xmq.core.session_access import will_refusal
 from xmq.core.settings import CoreSettings
 
@@ -28,10 +33,10 @@ from .test_login_eager import _conn, _SlowAuthenticator
 async def test_pipelined_packets_are_held_up_to_a_bound() -> None:
     conn, link = _conn(Broker(CoreSettings()), _SlowAuthenticator())
     conn.handle(Connect(client_id="a", protocol_version=5))
-    assert conn.state == AUTHENTICATING and conn.login_overdue()
+    assert conn.state == AUTHENTICATING and login_overdue(conn)
     for _ in range(MAX_HELD_PACKETS):
         conn.handle(Pingreq())
-    assert conn.state == AUTHENTICATING and conn.accepts_pending(10 * MAX_PENDING_BEFORE_CONNACK)
+    assert conn.state == AUTHENTICATING and accepts_pending(conn, 10 * MAX_PENDING_BEFORE_CONNACK)
     conn.handle(Pingreq())
     assert conn.state == CLOSED and link.out[0] == 0x20 and link.out[3] == 0x97  # Quota exceeded
     conn.connection_lost()  # cancels the login still waiting for its authenticator
@@ -53,11 +58,11 @@ async def test_during_an_exchange_only_auth_may_come_and_little_may_wait() -> No
     props = Properties()
     props.authentication_method = "SCRAM-SHA-256"
     conn.handle(Connect(client_id="a", protocol_version=5, properties=props))
-    assert conn.accepts_pending(MAX_PENDING_BEFORE_CONNACK)
-    assert not conn.accepts_pending(MAX_PENDING_BEFORE_CONNACK + 1)
+    assert accepts_pending(conn, MAX_PENDING_BEFORE_CONNACK)
+    assert not accepts_pending(conn, MAX_PENDING_BEFORE_CONNACK + 1)
     conn.handle(Pingreq())
     assert conn.state == CLOSED and link.out[0] == 0x20 and link.out[3] == 0x82  # Protocol error
-    assert not conn.login_overdue()
+    assert not login_overdue(conn)
     step = conn.auth_task
     assert step is not None
     conn.connection_lost()  # cancels the exchange's step
@@ -67,10 +72,10 @@ async def test_during_an_exchange_only_auth_may_come_and_little_may_wait() -> No
 
 async def test_a_connected_client_is_not_under_the_connect_deadline() -> None:
     conn, _ = _conn(Broker(CoreSettings()), AnonymousAuthenticator())
-    assert conn.login_overdue()  # waiting for its CONNECT
+    assert login_overdue(conn)  # waiting for its CONNECT
     conn.handle(Connect(client_id="a", protocol_version=5))
     assert conn.state == CONNECTED
-    assert not conn.login_overdue() and conn.accepts_pending(10**9)
+    assert not login_overdue(conn) and accepts_pending(conn, 10**9)
 
 
 RULES = [

@@ -19,9 +19,10 @@ from xmq.core.auth_ports import (
     Credentials,
 )
 from xmq.core.broker import Broker
+from xmq.core.connack_encoding import plain_connack
 from xmq.core.connection import ClientConnection
 from xmq.core.connection_states import AUTHENTICATING, CLOSED, CONNECTED
-from xmq.core.login_flow import _inline, _plain_connack
+from xmq.core.inline_auth import is_inline_pair
 from xmq.core.settings import CoreSettings
 from xmq.protocol.connect_terms import ServerLimits, connack_properties, negotiate_connect
 
@@ -133,8 +134,8 @@ async def test_disconnect_in_the_same_read_as_connect() -> None:
 def test_the_cached_connack_is_the_encoded_one(limits: ServerLimits, present: bool) -> None:
     terms = negotiate_connect(Connect(client_id="a", protocol_version=5), limits, str)
     full = encode(Connack(present, 0, connack_properties(terms, limits, None)), 5)
-    assert _plain_connack(limits, present) == full
-    assert _plain_connack(limits, present) is _plain_connack(limits, present)
+    assert plain_connack(limits, present) == full
+    assert plain_connack(limits, present) is plain_connack(limits, present)
 
 
 @pytest.mark.parametrize("version", [3, 4])
@@ -158,7 +159,7 @@ async def test_an_mqtt5_connack_with_extras_is_not_the_cached_one() -> None:
     props.request_response_information = 1
     conn.handle(Connect(client_id="", protocol_version=5, properties=props))
     assert conn.state == CONNECTED
-    assert bytes(link.out) != _plain_connack(broker.settings.limits, False)
+    assert bytes(link.out) != plain_connack(broker.settings.limits, False)
     assert b"response/" + conn.client_id.encode() in link.out
 
 
@@ -208,6 +209,6 @@ class _PickyAcl(AllowAll):
 
 
 def test_a_login_is_inline_only_when_both_answers_come_from_one_class() -> None:
-    assert _inline(AnonymousAuthenticator(), AllowAll())
-    assert not _inline(_RefusingAtOnce(), AllowAll())
-    assert not _inline(AnonymousAuthenticator(), _PickyAcl())
+    assert is_inline_pair(AnonymousAuthenticator(), AllowAll())
+    assert not is_inline_pair(_RefusingAtOnce(), AllowAll())
+    assert not is_inline_pair(AnonymousAuthenticator(), _PickyAcl())
