@@ -107,7 +107,8 @@ class OrphanAppends:
     def to_shared_orphans(self, message: Message, hold: DurableHold | None) -> int:
         """``message`` for each matching group that has no member here nor on a linked
         node, only persistent members whose owner is gone: appended to one of their queues
-        (a single node queues it for an offline persistent member: ``Broker._deliver_shared``).
+        (a single node queues it for an offline persistent member:
+        ``shared_delivery.deliver_shared``).
         Before, it was routed nowhere (0x10) and lost (issue 12)."""
         count = 0
         hub = self.hub
