@@ -45,6 +45,7 @@ NATIVE_MODULES: tuple[str, ...] = (
     "xmq.codec.wire",
     "xmq.codec.writer",
     "xmq.core.delivery_queue",
+    "xmq.core.inflight_window",
     "xmq.core.owed_writes",
     "xmq.routing.filter_trie",
     "xmq.routing.retained",

@@ -82,6 +82,7 @@ class Delivery(OutboundFlight):
     and ``packet_id``, changes only through ``OutboundFlight``'s transitions)."""
 
     __slots__ = (
+        "flight_order",
         "message",
         "on_done",
         "record",
@@ -107,6 +108,7 @@ class Delivery(OutboundFlight):
         self.share = share
         self.record: bytes | None = None  # durable record (persistent sessions in a cluster)
         self.on_done: Callable[[], None] | None = None  # told when acknowledged (cluster)
+        self.flight_order = 0  # its place among its session's in flight (core.inflight_window)
 
 
 def _as_words(delivery: Delivery) -> bool:

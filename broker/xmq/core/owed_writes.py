@@ -115,7 +115,7 @@ def write_due(session: Session, now: float) -> bool:
             # too large for this client: skipped as the spec says, and its record with it
             # (a resumed session would otherwise hold it in flight for ever)
             delivery.give_up()
-            del inflight[packet_id]
+            inflight.remove(packet_id)
             dropped = True
             if session.store is not None:
                 session.store.acknowledged(session, delivery)

@@ -20,6 +20,7 @@ from xmq.core.cluster_ports import NO_DURABLE_CONTEXT, DurableContext
 from xmq.core.delivery_queue import NOTHING_QUEUED as NOTHING_QUEUED
 from xmq.core.delivery_queue import Delivery as Delivery
 from xmq.core.delivery_queue import DeliveryQueue
+from xmq.core.inflight_window import InflightWindow
 from xmq.core.memory_cost import DELIVERY_COST
 from xmq.core.message import Message
 from xmq.core.owed_writes import hold_for, owe, write, write_due, write_new
@@ -113,7 +114,7 @@ class Session(SessionQueue):
         self.client_id = client_id
         self.connection: SessionClient | None = None
         self.subscriptions: dict[str, Subscription] = {}
-        self.inflight: dict[int, Delivery] = {}
+        self.inflight = InflightWindow()  # by packet id, in the order they went out
         self.inbound_qos2: InboundIds = NO_INBOUND_IDS  # allocated on first use
         # a persistent session in a cluster: its inbound QoS 2 message ids (core.inbound_ids)
         self.inbound_ids: InboundMessageIds | None = None
@@ -159,23 +160,17 @@ class Session(SessionQueue):
         inflight = self.inflight
         if (
             conn is not None
-            and not self.queue.words
-            and len(inflight) < conn.send_window
+            and self.queue.length == 0  # (a native int: ``words`` was a truth test's call)
+            and inflight.count < conn.send_window
             and not conn.link.congested
         ):
-            # The hot path, inlined: in flight under the next packet id (one dict operation,
-            # its key boxed once: ``setdefault`` finds it free), then written.
+            # The hot path, inlined: in flight under the next free packet id (a slot of a list,
+            # ``core.inflight_window``), then started under it and written
             delivery = Delivery(message, qos, retain, subscription_ids, share)
-            allocator = self.packet_ids
-            packet_id = allocator.next_id
-            if inflight.setdefault(packet_id, delivery) is delivery:
-                allocator.next_id = packet_id + 1 if packet_id < 0xFFFF else 1
-            else:
-                packet_id = allocator.allocate(inflight)
-                inflight[packet_id] = delivery
+            packet_id = inflight.put_next(self.packet_ids, delivery)
             if write_new(conn, delivery, packet_id, now):
                 return True
-            del inflight[packet_id]
+            inflight.remove(packet_id)
             return False  # too large for this client: skipped as the spec says
         if share is None and len(subscription_ids) < 2:
             return self._enqueue_words(message, qos, retain, subscription_ids)
@@ -191,8 +186,8 @@ class Session(SessionQueue):
     def _goes_out_now(self, conn: SessionClient) -> bool:
         """A new delivery would be written now, not queued (``deliver`` inlines this)."""
         return (
-            not self.queue.words
-            and len(self.inflight) < conn.send_window
+            self.queue.length == 0
+            and self.inflight.count < conn.send_window
             and not conn.link.congested
         )
 
@@ -235,17 +230,16 @@ class Session(SessionQueue):
                 store.inbound_changed(self, packet_id, False, hold, generation)
 
     def _send_new(self, conn: SessionClient, delivery: Delivery, now: float) -> bool:
-        packet_id = self.packet_ids.allocate(self.inflight)
+        packet_id = self.inflight.put_next(self.packet_ids, delivery)
         store = self.store
         action = delivery.start(packet_id, hold_for(self, delivery) if store is not None else 0)
         if action != WRITE_PUBLISH:  # in flight now, written in its turn (owed_writes)
-            self.inflight[packet_id] = delivery
             owe(self, delivery, action, now)
         elif write(conn, delivery, action, now):
-            self.inflight[packet_id] = delivery
             if store is not None:
                 store.sent(self, delivery)
         else:
+            self.inflight.remove(packet_id)
             delivery.give_up()
             return False  # too large for this client: skipped as the spec says
         if delivery.qos == 2 and delivery.on_done is not None:
@@ -263,7 +257,7 @@ class Session(SessionQueue):
         stats = self.stats
         link = conn.link
         words = queue.words
-        while words and len(inflight) < window and not link.congested:
+        while words and inflight.count < window and not link.congested:
             delivery = queue.popleft()
             self.unqueued(delivery)
             if delivery.message.expired(now):
@@ -275,23 +269,19 @@ class Session(SessionQueue):
         """PUBACK received: the state machine's action (``protocol.outbound_qos``), carried
         out here when it is ``COMPLETE``; ``VIOLATION`` is for the caller to close on."""
         inflight = self.inflight
-        # The packet id as a Python int, made once: compiled, ``get`` and ``del`` each boxed
-        # the native int anew (an allocation for every id above 256); both are C calls on the
-        # same object here (``pop(packet_id, None)`` was a Python method call).
-        key: object = packet_id
-        delivery: Delivery | None = inflight.get(key)  # type: ignore[call-overload]
+        delivery = inflight.get(packet_id)
         if delivery is None:
             return NOTHING  # a late duplicate
         action = delivery.on_puback()
         if action != COMPLETE:
             return action  # a violation: still in flight
-        del inflight[key]  # type: ignore[arg-type]
+        inflight.remove(packet_id)
         # ``_completed``, inlined: the hot path's acknowledgement
         if self.store is not None:
             self.store.acknowledged(self, delivery)
         if delivery.on_done is not None:
             delivery.on_done()
-        if self.queue.words:
+        if self.queue.length:
             self.pump(now)
         return action
 
@@ -326,12 +316,12 @@ class Session(SessionQueue):
 
     def _completed(self, delivery: Delivery, now: float) -> None:
         """The delivery's flight is over: its packet id is free, its record goes."""
-        del self.inflight[delivery.packet_id]
+        self.inflight.remove(delivery.packet_id)
         if self.store is not None:
             self.store.acknowledged(self, delivery)
         if delivery.on_done is not None:
             delivery.on_done()
-        if self.queue.words:
+        if self.queue.length:
             self.pump(now)
 
     def state_recorded(self, delivery: Delivery, now: float) -> None:
@@ -342,12 +332,12 @@ class Session(SessionQueue):
     def resend_inflight(self, conn: SessionClient, now: float) -> None:
         """After a resumed session reconnects: re-send in-flight messages with DUP set (and
         the PUBRELs of released ones); the owed writes go in their turn (``write_due``)."""
-        for packet_id, delivery in list(self.inflight.items()):
+        for packet_id, delivery in self.inflight.items():  # (a list: in the order sent)
             action = delivery.resend()
             if action == WRITE_PUBLISH_DUP and delivery.qos == 1 and delivery.message.expired(now):
                 # a QoS 2 PUBLISH once sent is not expired (MQTT-4.3.3-7)
                 delivery.give_up()
-                del self.inflight[packet_id]
+                self.inflight.remove(packet_id)
                 self.stats.messages_expired += 1
             elif action:
                 write(conn, delivery, action, now)
@@ -364,7 +354,7 @@ class Session(SessionQueue):
             if d.share is not None and d.qos == 1 and movable(d.share)
         ]
         for delivery in taken:
-            del self.inflight[delivery.packet_id]
+            self.inflight.remove(delivery.packet_id)
             delivery.give_up()
         queue = self.queue
         if any(d.share is not None for d in queue.held()):
