@@ -15,7 +15,10 @@ from typing import Final
 BYTE: Final[list[bytes]] = [bytes((value,)) for value in range(256)]
 """``BYTE[n]`` is ``bytes((n,))``."""
 
-_U16: Final[list[bytes]] = [b""] * 0x10000
+_UNMADE: Final = b""
+"""A value of ``_U16`` not made yet (told by identity: compiled, ``not made`` was a call into
+``bytes``' truth test, ~30 instructions a packet id)."""
+_U16: Final[list[bytes]] = [_UNMADE] * 0x10000
 """``_U16[n]``: ``n`` in two bytes, made the first time it is asked for (a list of 65,536
 pointers, 512 KiB; each value made is a 2-byte ``bytes`` of 40 bytes more, 2.6 MiB once every
 value has been used)."""
@@ -28,7 +31,7 @@ def u16(value: int) -> bytes:
     if value < 0 or value > 0xFFFF:
         raise ValueError(f"{value} does not fit in two bytes")
     made = _U16[value]
-    if not made:
+    if made is _UNMADE:
         made = value.to_bytes(2, "big")
         _U16[value] = made
     return made

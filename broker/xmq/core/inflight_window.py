@@ -108,14 +108,16 @@ class InflightWindow:
         slots = self._slots
         mask = self._mask
         candidate = allocator.next_id
+        index = candidate & mask
         tries = _MAX_ID
-        while slots[candidate & mask] is not None:
+        while slots[index] is not None:
             candidate = candidate + 1 if candidate < _MAX_ID else 1
+            index = candidate & mask
             tries -= 1
             if not tries:
                 raise PacketIdExhausted("no free packet identifier")
         allocator.next_id = candidate + 1 if candidate < _MAX_ID else 1
-        slots[candidate & mask] = delivery
+        slots[index] = delivery
         added = self._added
         delivery.flight_order = added
         self._added = added + 1
