@@ -347,6 +347,26 @@ class ClusterHub:
             count += self.orphans.to_unlinked(message, hold, sent)
         return count
 
+    def may_hold(self) -> bool:
+        """Whether ``forward`` may take a hold now (of a message not retained): a node with
+        persistent sessions (its PUBLISH frames are kept), a link resuming (every frame is
+        kept), a shared group with members elsewhere (SHARED frames), a session of a dead,
+        moved or not yet linked owner (appends, DIRECT frames). Else nothing it sends is kept
+        and it takes none, whatever the message."""
+        table = self.table
+        if table.pending or len(table.orphans) or len(table.moved) or len(table.shared_orphans):
+            return True
+        if table.shares:
+            return True
+        if table.durable:  # (no iterator to make for none)
+            for sessions in table.durable.values():
+                if sessions:
+                    return True
+        for link in self.links.values():  # noqa: SIM110 (``any``: a generator object a call)
+            if link.resuming:
+                return True
+        return False
+
     def retained_written(self, topic: str, forward_id: str, revision: int) -> None:
         """A retained change forwarded from here is written to Redis (``revision``; 0: not
         stored): RETAINED_WRITTEN to the peers that read it (after its PUBLISH: one link)."""

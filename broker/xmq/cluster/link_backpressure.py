@@ -8,7 +8,8 @@ per loop turn (by the process's per-turn flush, ``core.turn_flush``, with the cl
 output: one scheduled callback for both), and one turn can read a publisher many times
 (libuv reads a readable socket up to 32 times per wake-up while it is not paused: 8 MiB of
 256 KiB reads), so the link does not wait for the transport: frames of this turn that would
-take the buffer past ``WRITE_HIGH`` make it congested at once (``send``); if the turn's write
+take the buffer past ``WRITE_HIGH`` make it congested at once (``send``, ``ROOM_MEASURED``
+says how the room is known); if the turn's write
 then fits under the mark after all, the transport has paused nothing and the publishers are
 resumed after it. The frames that a read of the link itself causes on it (its PUBLISH_ACK;
 after HELLO, RESUME and the route snapshot) are written at the end of that read instead,
@@ -32,6 +33,14 @@ WRITE_HIGH: Final = 1 << 20
 
 WRITE_LOW: Final = 256 << 10
 """... and below which they are resumed."""
+
+ROOM_MEASURED: Final = WRITE_HIGH // 2
+"""A link's room under ``WRITE_HIGH`` is bounded from below without asking the transport:
+the bytes written since it was last measured count as still buffered (the buffer cannot
+have grown by more). The write measures it again (``get_write_buffer_size``) only when that
+bound falls under this, and ``send`` when a turn's frames would pass it: one measure in
+~512 KiB written, not one per write, and congestion still declared exactly when a turn's
+frames would take the buffer as it is past ``WRITE_HIGH``."""
 
 
 def pause_publisher(broker: Broker, paused: set[SessionClient], message: Message) -> None:

@@ -86,9 +86,14 @@ def handle_frame(hub: ClusterHub, link: PeerLink, kind: int, body: bytes) -> Non
             on_retained(message.topic, node if link.retained_written else "", message.forward_id)
         stats = hub.broker.stats
         quota_drops = stats.quota_drops
-        # the records of local persistent sessions take the message's id (and a marker)
+        # the records of local persistent sessions take the message's id (and a marker),
+        # and a QoS 2 one's id says whether it was routed here before: without either, no
+        # context to make (``node_caps.set_store`` keeps the count exact)
         forward_id = message.forward_id
-        context = DurableContext(None, forward_id) if forward_id else NO_DURABLE_CONTEXT
+        if forward_id and (message.qos == 2 or hub.broker.durable_sessions):
+            context = DurableContext(None, forward_id)
+        else:
+            context = NO_DURABLE_CONTEXT
         routed = hub.broker.publish_from_peer(message, context)
         if isinstance(routed, int):
             if kind == frames.PUBLISH:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
 from xmq.cluster import link_dispatch, link_ledger, link_pacing
-from xmq.cluster.link_backpressure import WRITE_HIGH, WRITE_LOW, pause_publisher
+from xmq.cluster.link_backpressure import ROOM_MEASURED, WRITE_HIGH, WRITE_LOW, pause_publisher
 from xmq.cluster.link_frames import FrameDecoder, FrameError, hello, shared_ack
 from xmq.cluster.link_ledger import Unconfirmed
 
@@ -95,6 +95,7 @@ class PeerLink(asyncio.Protocol):
         self._paused_publishers: set[SessionClient] | None = None
         self.writing_paused = False  # the transport called pause_writing (not resumed yet)
         # bytes the frames of this turn (``_out``) may take before the buffer passes WRITE_HIGH
+        # (at most: what was written since it was last measured counts as still buffered)
         self._out_room = WRITE_HIGH
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop it runs in (call_soon)
         # shared-group messages sent and not yet confirmed: re-dispatched if the link dies
@@ -307,8 +308,9 @@ class PeerLink(asyncio.Protocol):
         if self.closed:
             return
         self._out.append(data)
-        self._out_room -= len(data)
-        if self._out_room < 0 and self._paused_publishers is None:
+        room = self._out_room - len(data)
+        self._out_room = room
+        if room < 0 and self._paused_publishers is None and self._measure_room() < 0:
             self._paused_publishers = set()  # congested before the turn's write (``_flush``)
         if not self._scheduled and not self._reading:  # (a read's: at its end, ``_read``)
             self._scheduled = True
@@ -329,9 +331,21 @@ class PeerLink(asyncio.Protocol):
         transport = self.transport
         if transport is not None and not self.closed and out:
             transport.writelines(out)
-            self._out_room = WRITE_HIGH - transport.get_write_buffer_size()
-            if self._paused_publishers is not None and not self.writing_paused:
-                self.resume_writing()  # congested by ``send``, but it fitted under the mark
+            # ``_out_room`` counts what was just written as still buffered: a bound of the
+            # room left, measured again (a generic method call) only when it runs low
+            if self._out_room < ROOM_MEASURED or self._paused_publishers is not None:
+                self._out_room = WRITE_HIGH - transport.get_write_buffer_size()
+                if self._paused_publishers is not None and not self.writing_paused:
+                    self.resume_writing()  # congested by ``send``, but it fitted under the mark
+
+    def _measure_room(self) -> int:
+        """``_out_room`` measured: the write buffer's room under ``WRITE_HIGH`` now, less
+        this turn's frames not written yet (``send``'s bound ran out: is it the buffer?)."""
+        transport = self.transport
+        if transport is not None:
+            buffered = transport.get_write_buffer_size()
+            self._out_room = WRITE_HIGH - buffered - sum([len(frame) for frame in self._out])
+        return self._out_room
 
     def wants_ack(self, keep: bool) -> bool:
         """Whether a PUBLISH frame sent now (kept or not: ``keep``) asks the peer for a

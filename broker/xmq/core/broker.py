@@ -35,7 +35,7 @@ from xmq.core.held_acks import AckGate
 from xmq.core.lease_fence import LeaseFence
 from xmq.core.memory_cost import retained_cost
 from xmq.core.message import Message
-from xmq.core.node_caps import set_expiry
+from xmq.core.node_caps import set_expiry, set_store
 from xmq.core.routed_inbound_ids import RoutedInboundIds, is_inbound_message_id
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.session_lifecycle import cancel_timers, expiry_due, publish_will
@@ -103,6 +103,7 @@ class Broker(AuthEvents):
         self.acks: AckGate | None = None
         self.claiming: dict[str, int] = {}  # client ids with a cluster claim in progress
         self.persistent_sessions = 0  # sessions held with a session expiry (the cap's count)
+        self.durable_sessions = 0  # sessions with a ``store`` (kept by ``node_caps.set_store``)
         # client ids handed over to another node while a claim of them was in flight here:
         # that claim's reply predates the takeover and must not be applied
         self.revoked_claims: set[str] = set()
@@ -148,7 +149,7 @@ class Broker(AuthEvents):
         will = session.will if ends_session else None
         cancel_timers(self, session)
         durable = session.store is not None
-        session.store = None  # it moves, it does not unsubscribe: no durable deltas
+        set_store(self, session, None)  # it moves, it does not unsubscribe: no durable deltas
         for flt, sub in list(session.subscriptions.items()):
             self.remove_subscription(session, flt, sub)
         shared_handoff.session_ended(self, session, moved=durable)

@@ -258,6 +258,11 @@ class ClusterRouter(Protocol):
         """
         ...
 
+    def may_hold(self) -> bool:
+        """Whether ``forward`` may take a hold now, for a message that is not retained (False:
+        nothing it would send is kept until another node or Redis has it)."""
+        ...
+
     def forward_shared(
         self, group: str, topic_filter: str, message: Message, hold: DurableHold | None = None
     ) -> bool:

@@ -20,6 +20,7 @@ from xmq.protocol.outbound_qos import NOT_FOUND, VIOLATION
 from xmq.routing.topics import TopicError, has_wildcard, validate_topic_name
 
 if TYPE_CHECKING:
+    from xmq.core.broker import Broker
     from xmq.core.connection import ClientConnection
     from xmq.core.session import Session
     from xmq.core.stats import BrokerStats
@@ -139,7 +140,7 @@ def route_publish(
     if retain and payload and (cap := retained_cap_hit(broker, topic, message)) is not None:
         _refuse_retained(conn, qos, packet_id, cap)
         return
-    if qos and (gate := broker.acks) is not None:  # None without a cluster
+    if qos and (gate := broker.acks) is not None and (qos == 2 or _may_hold(broker, retain)):
         _route_held(conn, gate, session, message, packet_id, received & _SAMPLE_MASK == 1)
         return
     quota_drops = stats.quota_drops
@@ -200,6 +201,19 @@ def _undelivered_reason(stats: BrokerStats, quota_drops_before: int) -> int:
     if stats.quota_drops != quota_drops_before:
         return ReasonCode.QUOTA_EXCEEDED
     return ReasonCode.NO_MATCHING_SUBSCRIBERS
+
+
+def _may_hold(broker: Broker, retain: bool) -> bool:
+    """Whether anything durable may hold a QoS 1 PUBLISH's PUBACK (``core.held_acks``): a
+    record of a session on this node (one with a store: ``Broker.durable_sessions``), of a
+    retained message, of a shared group's member (here or elsewhere), or what the cluster
+    router keeps until another node or Redis has it (``ClusterRouter.may_hold``). Else its
+    routing takes no hold and its PUBACK goes when routing is over, as without a held ack:
+    the same reason code (the deliveries and quota drops it counted), no bookkeeping."""
+    if retain or broker.durable_sessions or len(broker.shared):
+        return True
+    cluster = broker.cluster
+    return cluster is not None and cluster.may_hold()
 
 
 def _route_held(

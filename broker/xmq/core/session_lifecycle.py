@@ -20,7 +20,7 @@ from xmq.core.cluster_claims import apply_restored
 from xmq.core.cluster_ports import RestoredSession
 from xmq.core.deadline_wheel import Slotted
 from xmq.core.message import Message
-from xmq.core.node_caps import set_expiry
+from xmq.core.node_caps import set_expiry, set_store
 from xmq.core.session import Session
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES, ConnectTerms
 
@@ -55,7 +55,7 @@ def attach(
         if restored is not None:
             set_expiry(broker, session, terms.session_expiry_s)
             if broker.store is not None and terms.session_expiry_s:
-                session.store = broker.store
+                set_store(broker, session, broker.store)
             apply_restored(broker, session, restored)
             present = restored.stored  # else only its inbound ids' incarnation
     else:
@@ -67,7 +67,7 @@ def attach(
     if owner:
         session.owner = owner
     if broker.store is not None:
-        session.store = broker.store if terms.session_expiry_s else None
+        set_store(broker, session, broker.store if terms.session_expiry_s else None)
     return session, present
 
 
@@ -151,7 +151,7 @@ def end_session(broker: Broker, session: Session, release: bool = True) -> None:
             broker.cluster.session_gone(session, session.store is not None)
         if release and broker.directory is not None:
             broker.directory.release(session.client_id)
-    session.store = None
+    set_store(broker, session, None)
     if will is not None:
         publish_will(broker, will)
 

@@ -13,11 +13,12 @@ from xmq.cluster.link_dispatch import decode_message
 from xmq.cluster.link_frames import FrameDecoder, Kind
 from xmq.cluster.peer_link import PeerLink
 from xmq.cluster.route_table import DurableSub
-from xmq.codec.packets import Subscribe, SubscriptionRequest
+from xmq.codec.packets import Publish, Subscribe, SubscriptionRequest
 from xmq.contract.message_record import decode_record, encode_record
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
+from xmq.core.node_caps import set_store
 from xmq.core.session import Delivery, Session
 from xmq.core.settings import CoreSettings
 
@@ -86,15 +87,40 @@ async def test_records_of_a_received_publish_take_its_id() -> None:
     session = conn.session
     assert session is not None
     recorder = ContextRecorder()
-    session.store = recorder  # type: ignore[assignment]
+    set_store(receiver.broker, session, recorder)  # type: ignore[arg-type]
     record = sender.encode(_message(b"1"), 2, False)
     receiver.handle_frame(link, Kind.PUBLISH, frames.publish(record)[5:])
+    qos1 = Message("t", b"2", 1, False, None, "pub", 0.0)  # (a QoS 1 one too)
+    receiver.handle_frame(link, Kind.PUBLISH, frames.publish(sender.encode(qos1, 1, False))[5:])
     # nothing held (the PUBLISH_ACK waits for the records), the sender's id
     assert [(context.hold, context.forward_id) for context in recorder.contexts] == [
-        (None, "node-1/3/f1")
+        (None, "node-1/3/f1"),
+        (None, "node-1/3/f2"),
     ]
     for _ in range(5):
         await asyncio.sleep(0)  # its PUBLISH_ACK confirmation finishes
+
+
+async def test_without_a_session_with_a_store_a_qos2_repeat_still_reaches_no_one_twice() -> None:
+    """The node has no session with a store (no record takes the id), but a QoS 2 message's
+    inbound id still says whether it was routed here before (``Broker._route_local``): a
+    re-sent one routed again by its publisher's new node reaches a clean subscriber once."""
+    sender, _ = _hub()
+    receiver, _ = _hub("node-2", 5)
+    link = _linked(receiver, "node-1", 3)
+    conn, sub_link = await connect_client(receiver.broker, "sub")
+    conn.handle(Subscribe(1, [SubscriptionRequest("t", 2)]))
+    assert receiver.broker.durable_sessions == 0
+    for _ in range(2):
+        message = _message(b"1")
+        message.forward_id = "3f9c2a/q7.0"  # its publisher's inbound id (core.inbound_ids)
+        receiver.handle_frame(
+            link, Kind.PUBLISH, frames.publish(sender.encode(message, 2, False))[5:]
+        )
+    assert [p.payload for p in sub_link.packets() if isinstance(p, Publish)] == [b"1"]
+    assert receiver.broker.routed_inbound.repeats == 1
+    for _ in range(5):
+        await asyncio.sleep(0)
 
 
 async def test_the_replay_after_a_kill_uses_the_id_the_receiver_saw() -> None:

@@ -24,6 +24,7 @@ from xmq.cluster.route_table import DurableSub, OrphanSub
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
+from xmq.core.node_caps import set_store
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.settings import CoreSettings
 
@@ -102,7 +103,7 @@ async def test_a_frame_routed_before_the_session_moved_in_is_handed_on_after_a_r
     sub = Subscription(session, "t", 1)
     broker.subscribe(session, sub)
     records = Records()
-    session.store = records  # type: ignore[assignment]  # persistent: its records come here
+    set_store(broker, session, records)  # type: ignore[arg-type]  # persistent: its records here
     new.subscription_changed(session, sub, True)  # its claim attached it: DSUB (link down)
     after = Message("t", b"after", 1, False, None, "p", 0.0)
     assert broker.publish(after) == 1  # delivered here to the session, and sent to node-3

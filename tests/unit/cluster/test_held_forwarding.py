@@ -149,9 +149,44 @@ async def test_a_clean_subscriber_on_another_node_needs_no_wait() -> None:
     hub, _ = _hub()
     _linked(hub, "node-2", 5)
     hub.table.route("node-2", "t", True)  # no persistent session on node-2
+    assert not hub.may_hold()  # (so the publisher's flow makes no hold at all)
     hold = Hold()
     assert hub.forward(_message(b"1"), hold) == 1
     assert hold.routed().acked
+
+
+def _forward_holds(hub: ClusterHub) -> bool:
+    """Whether ``forward`` takes a hold of a message on ``t`` now (given one)."""
+    hold = Hold()
+    hub.forward(_message(b"1"), hold)
+    return not hold.routed().acked
+
+
+async def test_the_hub_may_hold_whenever_its_forward_takes_a_hold() -> None:
+    """``may_hold`` (False: the publisher's PUBACK is not held for the router) is True in
+    every state in which ``forward`` keeps something: a node with persistent sessions, a
+    link resuming, a dead node's session (appends), a shared group elsewhere."""
+    hub, store = _hub()
+    link = _linked(hub, "node-2", 5)
+    hub.table.route("node-2", "t", True)
+    assert not hub.may_hold() and not _forward_holds(hub)
+    link.resuming = True  # every frame is kept until the peer's RESUME
+    assert hub.may_hold() and _forward_holds(hub)
+    link.resuming = False
+    hub.table.durable_sub("node-2", "c1", DurableSub("t", "t", 1, 0), True)
+    assert hub.may_hold() and _forward_holds(hub)
+    hub.table.durable_sub("node-2", "c1", DurableSub("t", "t", 1, 0), False)
+    assert hub.may_hold() and _forward_holds(hub)  # unsubscribed: node-2 still has it
+    hub.table.durable_gone("node-2", 5, "c1", False)  # the session ended there
+    assert not hub.may_hold() and not _forward_holds(hub)
+    hub.table.share("node-2", "g", "t", True)  # a shared group with members on node-2
+    assert hub.may_hold()
+    hub.table.share("node-2", "g", "t", False)
+    assert not hub.may_hold()
+    _with_persistent_session(hub, "node-3", "c3", "t")  # node-3 is not linked: ...
+    hub.table.durable_gone("node-3", 1, "c3", True)  # ... and its session is an orphan now
+    assert len(hub.table.orphans) and hub.may_hold() and _forward_holds(hub)
+    assert store.appends == [("c3", ("node-3", 1), b"1")]
 
 
 async def test_a_dead_node_s_unconfirmed_messages_release_after_their_appends() -> None:

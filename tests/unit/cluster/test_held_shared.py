@@ -19,6 +19,7 @@ from xmq.codec.properties import Properties
 from xmq.core.broker import Broker
 from xmq.core.cluster_ports import NodeIdentity
 from xmq.core.message import Message
+from xmq.core.node_caps import set_store
 from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
 
@@ -128,7 +129,7 @@ async def test_a_dead_link_re_dispatches_to_a_local_member_under_the_hold() -> N
     session = member.session
     assert session is not None
     recorder = ContextRecorder()
-    session.store = recorder  # type: ignore[assignment]
+    set_store(hub.broker, session, recorder)  # type: ignore[arg-type]
     dead.connection_lost(None)
     assert [context.hold for context in recorder.contexts] == [hold]  # the record took it
     assert hold.acked  # nothing took it here

@@ -245,3 +245,78 @@ async def test_a_turn_past_the_mark_that_the_socket_takes_resumes_them_after_the
     link, publisher, paused_in_turn = await _turn_past_the_mark(takes=1 << 30)
     assert any(paused_in_turn)  # congested for the turn ...
     assert not _congested(link) and not _paused(publisher.link)  # ... and it all went out
+
+
+class _MeasuredBuffer(_SocketBuffer):
+    """A ``_SocketBuffer`` that counts how often its size is asked (a generic method call
+    into the transport per ask) and drains when told (the socket took it meanwhile)."""
+
+    def __init__(self, takes: int) -> None:
+        super().__init__(takes)
+        self.measures = 0
+
+    def get_write_buffer_size(self) -> int:
+        self.measures += 1
+        return self.buffered
+
+
+async def _publisher_link(takes: int) -> tuple[PeerLink, _MeasuredBuffer, _Client, Message]:
+    broker, _loop = _broker()
+    hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
+    link = PeerLink(hub)
+    wire = _MeasuredBuffer(takes)
+    link.connection_made(cast(asyncio.Transport, wire))
+    await _settle()
+    wire.link = link
+    wire.buffered = 0  # (its HELLO went out)
+    publisher = _Client(broker)
+    session = Session("pub", broker.settings.queues, broker.stats)
+    session.connection = publisher.conn
+    broker.sessions["pub"] = session
+    return link, wire, publisher, Message("bcast/x", b"m", 1, False, None, "pub", 0.0)
+
+
+async def test_the_room_is_measured_once_its_bound_runs_low_not_at_every_write() -> None:
+    link, wire, publisher, message = await _publisher_link(takes=1 << 30)
+    for _ in range(255):  # 255 turns of one 2 KiB frame: under half the mark in all
+        link.send_publish(b"f" * 2048, message, keep=False)
+        await _settle()
+    assert wire.measures == 0  # no write asked the buffer's size
+    for _ in range(2):
+        link.send_publish(b"f" * 2048, message, keep=False)
+        await _settle()
+    assert wire.measures == 1  # past half the mark written since: measured (empty) once
+    for _ in range(255):
+        link.send_publish(b"f" * 2048, message, keep=False)
+        await _settle()
+    assert wire.measures == 1 and not _congested(link) and not _paused(publisher.link)
+
+
+async def test_a_bound_run_out_is_measured_before_it_congests_the_link() -> None:
+    # a socket that takes everything in time: 40 turns of 64 KiB (2.5 MiB, more than the
+    # bound's 1 MiB) never congest the link, each send that ran the bound out measured it
+    link, wire, publisher, message = await _publisher_link(takes=0)
+    for _ in range(40):
+        link.send_publish(b"f" * (64 << 10), message, keep=False)
+        assert not _congested(link) and not _paused(publisher.link)
+        await _settle()
+        wire.buffered = 0  # the socket took it before the next turn
+    assert wire.measures < 40
+
+
+async def test_a_turn_that_takes_the_buffer_as_it_is_past_the_mark_congests_at_that_frame() -> None:
+    # a stalled peer: 768 KiB stay buffered; the next turn's fifth 64 KiB frame would take
+    # the buffer past 1 MiB: that send congests the link (its publisher paused by the next)
+    link, wire, publisher, message = await _publisher_link(takes=0)
+    for _ in range(12):
+        link.send_publish(b"f" * (64 << 10), message, keep=False)
+        await _settle()
+    assert wire.buffered == 12 * (64 << 10) and not _congested(link)
+    congested_in_turn = []
+    for _ in range(6):
+        link.send_publish(b"f" * (64 << 10), message, keep=False)
+        congested_in_turn.append(_congested(link))
+    assert congested_in_turn == [False] * 4 + [True] * 2
+    assert _paused(publisher.link)  # by its next frame over the congested link
+    await _settle()
+    assert _congested(link) and _paused(publisher.link)  # the transport paused it: full

@@ -25,6 +25,7 @@ from xmq.core.broker import Broker
 from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.fanout_slices import SLICE
 from xmq.core.message import Message
+from xmq.core.node_caps import set_store
 from xmq.core.session import Delivery, QueueLimits, Session, Subscription
 from xmq.core.settings import CoreSettings
 
@@ -150,7 +151,7 @@ async def test_the_forward_id_reaches_the_records_of_every_slice() -> None:
     broker, loop = _broker()
     recorder = ContextRecorder()
     for session in broker.sessions.values():
-        session.store = recorder  # type: ignore[assignment]
+        set_store(broker, session, recorder)  # type: ignore[arg-type]
     hub, link, wire = await _linked(broker)
     peer = _peer(broker)
     message = Message("bcast/x", b"1", 1, False, None, "p", 0.0)
@@ -263,7 +264,7 @@ def _announced(hub: ClusterHub) -> ContextRecorder:
     confirmed, with the publisher's held ack."""
     first = hub.broker.sessions["s0"]
     recorder = ContextRecorder()
-    first.store = recorder  # type: ignore[assignment]
+    set_store(hub.broker, first, recorder)  # type: ignore[arg-type]
     hub.subscription_changed(first, first.subscriptions["bcast/#"], True)
     return recorder
 

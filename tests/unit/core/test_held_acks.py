@@ -197,8 +197,14 @@ class FakeRouter:
 
     def __init__(self) -> None:
         self.holds: list[DurableHold] = []
+        self.given: list[DurableHold | None] = []  # what each ``forward`` was given
+        self.keeps = True  # what ``may_hold`` says: a node with persistent sessions, ...
+
+    def may_hold(self) -> bool:
+        return self.keeps
 
     def forward(self, message: Message, hold: DurableHold | None = None) -> int:
+        self.given.append(hold)
         if hold is None:
             return 0
         hold.hold()
@@ -268,6 +274,56 @@ async def test_nothing_durable_acks_at_once_and_standalone_never_holds() -> None
     conn, alone_link = await connect_client(alone, "pub")
     conn.handle(Publish("nobody", b"m", qos=1, packet_id=3))
     assert len(alone_link.packets()) == 1
+
+
+def _held_last(router: FakeRouter) -> bool:
+    """Whether the last ``forward`` was given a hold."""
+    return router.given[-1] is not None
+
+
+def _durable(broker: Broker) -> int:
+    """(a call: mypy narrows no attribute across the calls that change it)"""
+    return broker.durable_sessions
+
+
+async def test_a_puback_nothing_may_hold_is_routed_without_a_hold() -> None:
+    """In a cluster, a QoS 1 PUBLISH whose routing nothing durable may hold (no session with
+    a store here, not retained, no shared group here, nothing the router keeps) is routed
+    without a held ack, its PUBACK written at once with its reason; any of them holds it."""
+    broker, store, router = _cluster_broker()
+    router.keeps = False
+    sub, sub_link = await connect_client(broker, "sub")  # a clean subscriber
+    sub.handle(Subscribe(1, [SubscriptionRequest("t", 1), SubscriptionRequest("r", 1)]))
+    pub, pub_link = await connect_client(broker, "pub")
+    pub.handle(Publish("t", b"m", qos=1, packet_id=1))
+    pub.handle(Publish("nobody", b"m", qos=1, packet_id=2))
+    assert router.given == [None, None] and pub_link.packets() == [Puback(1), Puback(2, 0x10)]
+    assert broker.acks is not None and broker.acks.held == 0
+    pub.handle(Publish("r", b"m", qos=1, retain=True, packet_id=3))  # its record holds it
+    pub.handle(Publish("t", b"m", qos=2, packet_id=4))  # a PUBREC is always held
+    router.keeps = True  # e.g. a node with persistent sessions now
+    pub.handle(Publish("t", b"m", qos=1, packet_id=5))
+    assert [hold is not None for hold in router.given[2:]] == [True, True, True]
+    assert pub_link.packets() == []
+    router.confirm()
+    assert pub_link.packets() == [Puback(3), Pubrec(4), Puback(5)]
+    router.keeps = False
+    durable, _ = await connect_client(broker, "durable", _persistent("durable"))
+    assert _durable(broker) == 1  # a session with a store here: its records hold it
+    pub.handle(Publish("t", b"m", qos=1, packet_id=6))
+    assert _held_last(router) and pub_link.packets() == []
+    router.confirm()
+    assert pub_link.packets() == [Puback(6)]
+    durable.connection_lost()
+    broker.hand_over("durable")
+    assert _durable(broker) == 0
+    pub.handle(Publish("t", b"m", qos=1, packet_id=7))
+    assert not _held_last(router) and pub_link.packets() == [Puback(7)]
+    sub.handle(Subscribe(2, [SubscriptionRequest("$share/g/t", 1)]))  # a shared group here
+    pub.handle(Publish("t", b"m", qos=1, packet_id=8))
+    assert _held_last(router)
+    router.confirm()
+    assert pub_link.packets() == [Puback(8)]
 
 
 async def test_a_message_dropped_everywhere_for_a_quota_is_quota_exceeded() -> None:
