@@ -92,7 +92,9 @@ class BatchEntry:
         self.if_lost: tuple[Any, ...] | None = None  # sent instead after a lost connection
         self.items = items  # a coalesced call: its items, each answered with its element
         self.batcher: BatcherLink | None = None  # the batcher it was sent by (``__call__``)
-        self.sent_at = 0.0  # loop time its pipeline was sent, when it ends it (else 0)
+        # loop time its pipeline was sent, when it ends it and the pipeline is timed (one in
+        # ``BatcherLink.rtt_every``), else 0
+        self.sent_at = 0.0
 
     def __call__(self, reply: Any) -> None:
         """Its reply (the entry is its own reply callback: no closure made per command)."""
