@@ -343,8 +343,10 @@ class RedisBatcher(BatcherLink):
         first = batch[0]
         if isinstance(first, BatchEntry):
             return first if len(batch) == 1 and first.guard is None else None
+        # (the items read as tuples of any length: compiled, none unpacked whole)
+        items = cast("list[BatchEntry | tuple[Any, ...]]", batch)
         combine, group = first[0], first[1]
-        for entry in batch:
+        for entry in items:
             if isinstance(entry, BatchEntry) or entry[0] is not combine:
                 return None
             if entry[1] is not group and entry[1] != group:
@@ -415,7 +417,7 @@ class RedisBatcher(BatcherLink):
 def _coalesced_entry(run: list[CoalescedItem]) -> BatchEntry:
     """The script call of a run of coalesced writes: its payload only (``bare``), the
     arguments built again for a retry or a log line (``BatchEntry.arguments``)."""
-    first = run[0]
+    first = cast("list[tuple[Any, ...]]", run)[0]  # (compiled: not unpacked whole)
     group = first[1]
     if type(group) is FencedCalls and first[0] is FENCED_COMBINE:
         # this run's durable writes: a direct call (compiled: no generic call of ``combine``
