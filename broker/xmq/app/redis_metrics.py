@@ -81,7 +81,9 @@ class RedisCollector(Collector):
         buckets.append(("+Inf", stats.rtt_count))
         rtt = HistogramMetricFamily(
             "xmq_redis_round_trip_seconds",
-            "Time from a pipeline's write to its last reply (WAIT included).",
+            "Time from a pipeline's write to its last reply (WAIT included), measured on one "
+            f"pipeline in {batcher.rtt_every} (a sample: the count is of the measured "
+            "pipelines; xmq_redis_pipelines counts every one).",
         )
         rtt.add_metric([], buckets, stats.rtt_total)
         yield rtt

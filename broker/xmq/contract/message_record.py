@@ -37,6 +37,13 @@ _U32: Final = struct.Struct(">I")  # (subscription ids: rare; the hot fields are
 # written as typed ints, which the compiled build keeps native: a ``struct`` call returns
 # untyped objects, and every sum and comparison on them is then a generic one)
 _PUBLISH: Final = 3
+_HEADS: Final = tuple(
+    bytes((RECORD_FORMAT, flags, qos)) for flags in range(16) for qos in range(4)
+)  # the first three bytes (format, flags, message QoS) for each flags < 16 and QoS < 4
+_ORIGINS: Final[dict[str, bytes]] = {}
+"""Publishing client id -> its record field (``u16`` length and the id): a client's records
+make no ``bytes`` of its id each (kept for ``_ORIGINS_MAX`` ids at most)."""
+_ORIGINS_MAX: Final = 4096
 
 
 class RecordError(ValueError):
@@ -74,24 +81,25 @@ def encode_record(
     """Encode one record (see the module docstring for the layout)."""
     flags = delivery_qos | (4 if delivery_retain else 0) | (8 if retain else 0)
     rid = record_id.encode()
-    org = origin.encode() if origin else b""
     top = topic.encode()
-    if len(rid) > 255 or len(org) > 0xFFFF or len(top) > 0xFFFF or len(subscription_ids) > 255:
+    if len(rid) > 255 or len(top) > 0xFFFF or len(subscription_ids) > 255:
         raise RecordError("record field too long")
+    org = _origin_field(origin) if origin else b"\x00\x00"
     if subscription_ids:
         ids = bytes((len(subscription_ids),)) + b"".join(map(_U32.pack, subscription_ids))
     else:
         ids = b"\x00"
     props = encode_properties(properties, _PUBLISH) if properties is not None else b"\x00"
+    if 0 <= flags < 16 and 0 <= qos < 4:
+        head = _HEADS[flags << 2 | qos]
+    else:
+        head = _FORMAT_BYTE + BYTE[flags & 0xFF] + BYTE[qos & 0xFF]
     # (a literal format: the compiled build joins the parts in one allocation; the one-byte
     # fields and lengths come from tables, not ``int.to_bytes``: ``codec.byte_values``)
-    return b"%b%b%b%b%b%b%b%b%b%b%b%b" % (
-        _FORMAT_BYTE,
-        BYTE[flags & 0xFF],
-        BYTE[qos & 0xFF],
+    return b"%b%b%b%b%b%b%b%b%b" % (
+        head,
         BYTE[len(rid)],
         rid,
-        u16(len(org)),
         org,
         u16(len(top)),
         top,
@@ -99,6 +107,19 @@ def encode_record(
         props,
         payload,
     )
+
+
+def _origin_field(origin: str) -> bytes:
+    """The record's origin field: ``u16`` length and the client id (kept per id)."""
+    field = _ORIGINS.get(origin)
+    if field is None:
+        org = origin.encode()
+        if len(org) > 0xFFFF:
+            raise RecordError("record field too long")
+        if len(_ORIGINS) >= _ORIGINS_MAX:
+            _ORIGINS.clear()
+        field = _ORIGINS[origin] = u16(len(org)) + org
+    return field
 
 
 RecordFields = tuple[str, str, bytes, int, int, str, Properties | None, tuple[int, ...], int, int]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from xmq.store.resp_connection import encode_command
 
@@ -92,7 +92,9 @@ class BatchEntry:
         self.if_lost: tuple[Any, ...] | None = None  # sent instead after a lost connection
         self.items = items  # a coalesced call: its items, each answered with its element
         self.batcher: BatcherLink | None = None  # the batcher it was sent by (``__call__``)
-        self.sent_at = 0.0  # loop time its pipeline was sent, when it ends it (else 0)
+        # loop time its pipeline was sent, when it ends it and the pipeline is timed (one in
+        # ``BatcherLink.rtt_every``), else 0
+        self.sent_at = 0.0
 
     def __call__(self, reply: Any) -> None:
         """Its reply (the entry is its own reply callback: no closure made per command)."""
@@ -140,14 +142,17 @@ def answer(entry: BatchEntry, reply: Any) -> None:
 
 def hand_out(items: list[CoalescedItem], reply: Any) -> None:
     """The reply of a coalesced call, handed out per item (an error to each of them)."""
-    if type(reply) is list and len(reply) == len(items):
-        for n, item in enumerate(items):
+    # (items read as tuples of any length: compiled, an item is not unpacked whole into a
+    # five-field struct, each field checked, to call its last)
+    seen = cast("list[tuple[Any, ...]]", items)
+    if type(reply) is list and len(reply) == len(seen):
+        for n, item in enumerate(seen):
             try:
                 item[4](reply[n])
             except Exception:
                 log.exception("redis reply callback failed")
         return
-    for item in items:
+    for item in seen:
         try:
             item[4](reply)
         except Exception:

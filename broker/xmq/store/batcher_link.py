@@ -38,6 +38,11 @@ log = logging.getLogger("xmq.store.batcher")
 BACKOFF_FIRST_S: Final = 0.02
 BACKOFF_MAX_S: Final = 1.0
 
+RTT_EVERY: Final = 16
+"""One pipeline in this many has its round trip measured (``RedisStats.round_trip``): at low
+rates a pipeline is a durable message, and timing each cost two clock reads and the
+histogram's update per message. The histogram is of the sampled pipelines (its help says so)."""
+
 
 class BatcherLink:
     """The connection, replies and retries of a batcher (``RedisBatcher`` queues and flushes)."""
@@ -51,6 +56,7 @@ class BatcherLink:
         wait_timeout_ms: int = 1000,
         stats: RedisStats | None = None,
         turn: TurnFlush | None = None,
+        rtt_every: int = RTT_EVERY,
     ) -> None:
         self.endpoint = (
             endpoint if isinstance(endpoint, RedisEndpoint) else RedisEndpoint.parse(endpoint)
@@ -60,6 +66,8 @@ class BatcherLink:
         self.wait_replicas = wait_replicas
         self.wait_timeout_ms = wait_timeout_ms
         self.stats = stats or RedisStats()
+        self.rtt_every = max(1, rtt_every)  # one pipeline's round trip measured in this many
+        self._untimed = 1  # pipelines until the next measured one (the first is)
         self._conn: RespConnection | None = None
         self._address = ""  # host:port of the last connection
         self._connecting: asyncio.Task[None] | None = None
@@ -157,6 +165,16 @@ class BatcherLink:
         first = items[0]
         return first[0](first[1], [item[2] for item in items], True, False)[1]
 
+    def _timing(self) -> bool:
+        """Whether the pipeline being sent has its round trip measured (one in
+        ``rtt_every``)."""
+        left = self._untimed
+        if left > 1:
+            self._untimed = left - 1
+            return False
+        self._untimed = self.rtt_every
+        return True
+
     def _flush(self) -> None:
         """Send what is queued (``RedisBatcher._flush``)."""
         raise NotImplementedError
@@ -171,7 +189,7 @@ class BatcherLink:
 
     def replied(self, entry: BatchEntry, value: Any) -> None:
         """The reply of a command this batcher sent (``BatchEntry.__call__``)."""
-        if entry.sent_at:  # it ended its pipeline: the round trip
+        if entry.sent_at:  # it ended a timed pipeline: the round trip
             loop = self._loop or asyncio.get_running_loop()
             self.stats.round_trip(loop.time() - entry.sent_at)
         self._inflight -= 1

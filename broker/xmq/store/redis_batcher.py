@@ -50,6 +50,7 @@ from xmq.store.batch_entries import (
     script_sha,
 )
 from xmq.store.batcher_link import BatcherLink
+from xmq.store.fenced_calls import FENCED_COMBINE, FencedCalls
 from xmq.store.redis_errors import error_kind
 from xmq.store.resp_connection import RedisConnectionLost, RespConnection, encode_command
 
@@ -259,9 +260,12 @@ class RedisBatcher(BatcherLink):
                 # one command alone (at low rates, a record's call carrying the removal of the
                 # one acknowledged before): its payload is the pipeline, the entry its only
                 # callback (no lists of parts, no join)
-                loop = self._loop or asyncio.get_running_loop()  # (set: _flush runs after _arm)
                 alone.batcher = self
-                alone.sent_at = loop.time()  # it ends its pipeline: the round trip
+                if self._timing():  # it ends its pipeline: the round trip (one in N)
+                    loop = self._loop or asyncio.get_running_loop()  # (set: _flush after _arm)
+                    alone.sent_at = loop.time()
+                else:
+                    alone.sent_at = 0.0
                 self._inflight += 1
                 self.pipelines += 1
                 self.commands += 1
@@ -320,13 +324,15 @@ class RedisBatcher(BatcherLink):
         self.pipelines += 1
         self.commands += len(parts)
         last = callbacks[-1]
+        timed = self._timing()  # (one pipeline in ``rtt_every``)
         if type(last) is BatchEntry:  # the pipeline's last reply also measures its round trip
-            loop = self._loop or asyncio.get_running_loop()  # (set: _flush runs after _arm)
-            last.sent_at = loop.time()
+            if timed:
+                loop = self._loop or asyncio.get_running_loop()  # (set: _flush after _arm)
+                last.sent_at = loop.time()
             if len(parts) == 1:  # one command (a script call carrying a batch's writes)
                 conn.send_one(parts[0], last)
                 return
-        else:
+        elif timed:
             callbacks[-1] = self._timed(last)
         conn.send(b"".join(parts), callbacks)
 
@@ -337,8 +343,10 @@ class RedisBatcher(BatcherLink):
         first = batch[0]
         if isinstance(first, BatchEntry):
             return first if len(batch) == 1 and first.guard is None else None
+        # (the items read as tuples of any length: compiled, none unpacked whole)
+        items = cast("list[BatchEntry | tuple[Any, ...]]", batch)
         combine, group = first[0], first[1]
-        for entry in batch:
+        for entry in items:
             if isinstance(entry, BatchEntry) or entry[0] is not combine:
                 return None
             if entry[1] is not group and entry[1] != group:
@@ -409,6 +417,12 @@ class RedisBatcher(BatcherLink):
 def _coalesced_entry(run: list[CoalescedItem]) -> BatchEntry:
     """The script call of a run of coalesced writes: its payload only (``bare``), the
     arguments built again for a retry or a log line (``BatchEntry.arguments``)."""
-    first = run[0]
-    text, args, payload = first[0](first[1], [item[2] for item in run], False, True)
+    first = cast("list[tuple[Any, ...]]", run)[0]  # (compiled: not unpacked whole)
+    group = first[1]
+    if type(group) is FencedCalls and first[0] is FENCED_COMBINE:
+        # this run's durable writes: a direct call (compiled: no generic call of ``combine``
+        # with a list of the writes, its arguments parsed)
+        text, args, payload = group.first_send(run)
+    else:
+        text, args, payload = first[0](group, [item[2] for item in run], False, True)
     return BatchEntry(args, None, True, None, text, run, payload)

@@ -57,7 +57,7 @@ from xmq.core.inbound_ids import is_derived_id
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.protocol.connect_terms import SESSION_NEVER_EXPIRES
-from xmq.store.fenced_calls import FencedCalls
+from xmq.store.fenced_calls import FENCED_COMBINE
 from xmq.store.resp_connection import encode_lrem_one
 from xmq.store.session_directory import subscription_json
 from xmq.store.session_records import SessionRecords
@@ -128,7 +128,7 @@ class RedisSessionStore(SessionRecords):
         if raw is None:
             return
         client_id = session.client_id
-        queue = self._queue_prefix + client_id
+        queue = self.queue_key(client_id)
         # deferred: they ride with the next flush (bounded by LAZY_FLUSH_S). A node killed
         # before they are written re-sends a QoS 1 message (allowed), and a QoS 2 message's
         # PUBREL only (its ``:r`` state went to Redis ahead of them — with max_queued_writes 0
@@ -139,7 +139,7 @@ class RedisSessionStore(SessionRecords):
             # in the next batch's FENCED_WRITES call (no command nor reply of its own): refused
             # with it (a run without a lease), the record stays, as after a kill -9
             batcher.deferred_coalesced(
-                FencedCalls.combine, self._calls(), ("l", queue, raw, "", ""), (queue,), _ignore
+                FENCED_COMBINE, self._calls(), ("l", queue, raw, "", ""), (queue,), _ignore
             )
             return
         # a QoS 2 record's LREM and HDEL go together, unfenced: a removal refused while its
@@ -172,7 +172,7 @@ class RedisSessionStore(SessionRecords):
             callback = _settle(hold)
         if added:  # fenced: a stale run's id would make the re-sent PUBLISH look handled
             self.batcher.coalesced(
-                FencedCalls.combine,
+                FENCED_COMBINE,
                 self._calls(),
                 ("i", key, str(packet_id), "", ""),
                 (key,),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import encode_record
@@ -22,7 +22,7 @@ from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, Ru
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.shared_claims import claim_id
-from xmq.store.fenced_calls import FencedCalls
+from xmq.store.fenced_calls import FENCED_COMBINE, FencedCalls
 from xmq.store.forwarded_marks import ForwardedMarks
 from xmq.store.redis_batcher import RedisBatcher
 
@@ -33,6 +33,9 @@ log = logging.getLogger("xmq.store.sessions")
 
 _WAITING_LIMIT = 20_000
 """With max_queued_writes 0: records waiting for Redis before publishers are paused."""
+
+_QUEUES_MAX: Final = 4096
+"""Sessions whose queue key is kept (``SessionRecords.queue_key``); more: all made again."""
 
 
 class SessionRecords:
@@ -79,6 +82,10 @@ class SessionRecords:
         # ``_queue_prefix + id``: a concatenation, not a call building the whole key)
         self._queue_prefix = keys.session_queue("")
         self._inflight_prefix = keys.session_inflight("")
+        # client id -> its queue's key, one object per session while kept: a record and its
+        # removal name it without a concatenation, and ``FencedCalls``' per-key encodings
+        # find it by a hash it keeps
+        self._queues: dict[str, str] = {}
         self._last_record: tuple[Message, int, bool, tuple[int, ...], str, bytes] | None = None
         """The last record encoded under a forwarded message's id (``new_record``)."""
 
@@ -216,7 +223,7 @@ class SessionRecords:
         marker exists; ``marks``: the inbound message's marker index it joins) while this run
         holds its lease; a stale run's write is refused (``FENCED``: the callback gets the
         failure)."""
-        queue = self._queue_prefix + client_id
+        queue = self.queue_key(client_id)
         written: tuple[str, ...]
         if marks:
             item, written = ("r", queue, raw, seen, marks), (queue, seen, marks)
@@ -224,7 +231,7 @@ class SessionRecords:
             item, written = ("r", queue, raw, seen, ""), (queue, seen)
         else:
             item, written = ("r", queue, raw, "", ""), (queue,)
-        self.batcher.coalesced(FencedCalls.combine, self._calls(), item, written, callback)
+        self.batcher.coalesced(FENCED_COMBINE, self._calls(), item, written, callback)
 
     def claim_shared(
         self,
@@ -258,7 +265,17 @@ class SessionRecords:
 
         marks = self.keys.inbound_marks(message_id)  # the claim lives while the exchange is open
         item = ("c", key, member, "", marks)
-        self.batcher.coalesced(FencedCalls.combine, self._calls(), item, (key, marks), answered)
+        self.batcher.coalesced(FENCED_COMBINE, self._calls(), item, (key, marks), answered)
+
+    def queue_key(self, client_id: str) -> str:
+        """``keys.session_queue(client_id)``, the same object while kept (``_QUEUES_MAX``)."""
+        queue = self._queues.get(client_id)
+        if queue is None:
+            queues = self._queues
+            if len(queues) >= _QUEUES_MAX:
+                queues.clear()
+            queue = queues[client_id] = self._queue_prefix + client_id
+        return queue
 
     def _calls(self) -> FencedCalls:
         """This run's ``FENCED_WRITES`` calls (the batcher coalesces the writes of one

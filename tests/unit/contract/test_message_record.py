@@ -92,3 +92,13 @@ def test_record_bytes_are_the_documented_layout(
         record_id, topic, payload, qos, retain, None, origin, delivery_qos, delivery_retain
     )
     assert record == _reference_record(record_id, topic, payload, qos, flags, origin)
+
+
+def test_a_client_s_records_share_its_origin_field_and_a_too_long_id_is_refused() -> None:
+    for n in range(4096 + 3):  # past the ids kept: made again, alike
+        origin = f"client-{n % (4096 + 1)}"
+        record = encode_record("r/1/1", "t", b"p", 1, False, None, origin, 1, False)
+        assert record == _reference_record("r/1/1", "t", b"p", 1, 1, origin)
+    for _ in range(2):  # refused each time (never kept)
+        with pytest.raises(RecordError):
+            encode_record("r/1/1", "t", b"p", 1, False, None, "c" * 0x10000, 1, False)

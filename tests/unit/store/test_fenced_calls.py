@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+from typing import Any
 
 import pytest
 import redis
@@ -26,7 +27,8 @@ from xmq.contract.session_scripts import FencedWrite, fenced_writes
 from xmq.core.cluster_ports import DurableContext, NodeIdentity
 from xmq.core.message import Message
 from xmq.core.session import Session
-from xmq.store.fenced_calls import FencedCalls
+from xmq.store.batch_entries import CoalescedItem
+from xmq.store.fenced_calls import FENCED_COMBINE, FencedCalls
 from xmq.store.redis_batcher import script_call
 from xmq.store.redis_session_store import RedisSessionStore
 from xmq.store.resp_connection import encode_command, encode_lrem_one
@@ -122,6 +124,55 @@ def test_a_call_is_the_generic_encoding_of_the_contract_s_layout(
     assert (text, payload) == (want[0], want[2])
     plain_pair = len(writes) == 2 and not any(write[3] or write[4] for write in writes)
     assert command == (() if len(writes) == 1 or plain_pair else want[1])
+
+
+def _ignore(reply: Any) -> None:
+    """An item's reply callback (none comes: nothing is sent)."""
+
+
+@pytest.mark.parametrize(
+    "writes",
+    [
+        pytest.param([("l", QUEUE, b"r1", "", ""), ("r", QUEUE, b"r2", "", "")], id="pair"),
+        pytest.param(
+            [("l", QUEUE, b"r" * 1023, "", ""), ("r", QUEUE, b"r" * 1024, "", "")],
+            id="pair-past-the-length-table",
+        ),
+        pytest.param([("i", QUEUE, "7", "", ""), ("c", QUEUE, "m1", "", "")], id="pair-of-str"),
+        pytest.param(
+            [("l", KEYS.session_queue("c2"), b"r1", "", ""), ("r", QUEUE, b"r2", "", "")],
+            id="pair-of-two-keys",
+        ),
+        pytest.param([("r", QUEUE, b"r1", "", "")], id="one"),
+        pytest.param(
+            [
+                ("r", QUEUE, b"r1", "", ""),
+                ("r", QUEUE, b"r2", KEYS.session_seen("c1", "b/1/f2"), ""),
+            ],
+            id="pair-with-a-marker",
+        ),
+        pytest.param([("r", QUEUE, b"r%d" % n, "", "") for n in range(3)], id="three"),
+    ],
+)
+def test_the_batcher_s_first_send_is_combine_s_bare_form(writes: list[FencedWrite]) -> None:
+    calls = FencedCalls(KEYS, NODE, 60_000)
+    run: list[CoalescedItem] = [
+        (FENCED_COMBINE, calls, write, (write[1],), _ignore) for write in writes
+    ]
+    want = calls.combine(writes, False, True)
+    assert calls.first_send(run) == want
+    assert calls.first_send(run) == want  # (a pair's prefix kept from the first time)
+    generic = script_call(*fenced_writes(KEYS, NODE, writes, 60_000, False))
+    assert (want[0], want[2]) == (generic[0], generic[2])
+
+
+def test_pairs_of_more_queues_than_kept_are_encoded_alike() -> None:
+    calls = FencedCalls(KEYS, NODE, 60_000)
+    for n in range(4096 + 10):  # past the kept prefixes: they are made again
+        queue = KEYS.session_queue(f"c{n % (4096 + 5)}")
+        writes: list[FencedWrite] = [("l", queue, b"a", "", ""), ("r", queue, b"b", "", "")]
+        want = script_call(*fenced_writes(KEYS, NODE, writes, 60_000, False))
+        assert calls.combine(writes, False, True)[2] == want[2]
 
 
 @pytest.mark.parametrize("record", [b"", b"r\r\n$1\r\n", bytes(range(256)) * 300])

@@ -83,7 +83,7 @@ async def test_one_write_per_tick(server: RedisServer) -> None:
 
 @pytest.mark.integration
 async def test_each_pipeline_s_round_trip_is_measured_once(server: RedisServer) -> None:
-    batcher = RedisBatcher(server.url)
+    batcher = RedisBatcher(server.url, rtt_every=1)
     await batcher.start()
     before = batcher.stats.rtt_count
     replies: list[Any] = []
@@ -99,8 +99,36 @@ async def test_each_pipeline_s_round_trip_is_measured_once(server: RedisServer) 
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("alone", [True, False])
+async def test_one_pipeline_in_rtt_every_is_timed(server: RedisServer, alone: bool) -> None:
+    batcher = RedisBatcher(server.url, rtt_every=4)
+    await batcher.start()
+    replies: list[Any] = []
+    try:
+        for turn in range(9):
+            answered = asyncio.Event()
+
+            def done(reply: Any, answered: asyncio.Event = answered) -> None:
+                replies.append(reply)
+                answered.set()
+
+            if not alone:  # (two commands: the generic pipeline)
+                batcher.command("RPUSH", "sampled", turn, callback=replies.append)
+            batcher.command("RPUSH", "sampled", turn, callback=done)
+            async with asyncio.timeout(5):
+                await answered.wait()
+            # the first pipeline is timed, then one in four: the 1st, 5th and 9th
+            assert batcher.stats.rtt_count == 1 + turn // 4
+    finally:
+        await batcher.close()
+    assert batcher.pipelines == 9
+    assert len(replies) == (9 if alone else 18)
+    assert batcher.stats.rtt_total > 0.0
+
+
+@pytest.mark.integration
 async def test_a_command_alone_is_its_own_pipeline_timed_and_answered(server: RedisServer) -> None:
-    batcher = RedisBatcher(server.url)
+    batcher = RedisBatcher(server.url, rtt_every=1)
     await batcher.start()
     sync = server.client()
     try:
