@@ -14,7 +14,8 @@ is held — an id in flight among them, so an id is still never reused while in 
 ``add`` of a delivery restored under an id whose slot is held (another id with the same low
 bits) doubles the list until they part (at 65,536 slots every id has its own). The list doubles
 too once it is more than half full (so ``put_next`` finds a free slot within a step or two),
-and is small again after ``clear``.
+and has no list of its own again after ``clear`` (nor before its first delivery: an idle
+session's window shares one empty slot list, ``_NO_SLOTS``).
 
 A ``dict`` kept the deliveries in the order they went in flight, and a resumed session re-sends
 them in that order (MQTT-4.6.0-1): ``add`` stamps each delivery with the window's count of
@@ -33,10 +34,14 @@ from xmq.core.delivery_queue import Delivery
 from xmq.protocol.packet_ids import PacketIdAllocator, PacketIdExhausted
 
 _FIRST_SLOTS: Final = 8
-"""Slots of a new (or cleared) window: a power of two."""
+"""Slots a window takes when its first delivery goes in flight: a power of two."""
 _ALL_SLOTS: Final = 0x10000
 """A slot for every packet id (1..65535): the most a window grows to."""
 _MAX_ID: Final = 0xFFFF
+_NO_SLOTS: Final[list[Delivery | None]] = [None]
+"""The slots of a window nothing has gone in flight in yet (shared, never written: ``put_next``
+and ``add`` grow a window to its own ``_FIRST_SLOTS`` first), so that an idle connection's
+session holds no list of its own (the idle connection's memory target: docs/benchmarks.md)."""
 
 
 def _flight_order(delivery: Delivery) -> int:
@@ -52,9 +57,9 @@ class InflightWindow:
     __slots__ = ("_added", "_limit", "_mask", "_slots", "count")
 
     def __init__(self) -> None:
-        self._slots: list[Delivery | None] = [None] * _FIRST_SLOTS
-        self._mask = _FIRST_SLOTS - 1
-        self._limit = _FIRST_SLOTS // 2  # the most in flight before the slots double
+        self._slots: list[Delivery | None] = _NO_SLOTS
+        self._mask = 0
+        self._limit = 0  # the most in flight before the slots double (0: none of its own yet)
         self.count = 0
         """How many deliveries are in flight (``len()`` without a call into Python)."""
         self._added = 0  # additions so far: the next one's ``flight_order``
@@ -131,6 +136,8 @@ class InflightWindow:
         packet_id = delivery.packet_id
         if not 1 <= packet_id <= _MAX_ID:
             raise ValueError(f"packet id {packet_id} out of range")
+        if not self._limit:  # still the shared ``_NO_SLOTS``: slots of its own first
+            self._grow()
         index = packet_id & self._mask
         held = self._slots[index]
         if held is not None:
@@ -172,16 +179,16 @@ class InflightWindow:
             raise KeyError(packet_id)
 
     def clear(self) -> None:
-        """Nothing in flight (and the list small again)."""
-        self._slots = [None] * _FIRST_SLOTS
-        self._mask = _FIRST_SLOTS - 1
-        self._limit = _FIRST_SLOTS // 2
+        """Nothing in flight (and no list of its own again)."""
+        self._slots = _NO_SLOTS
+        self._mask = 0
+        self._limit = 0
         self.count = 0
 
     def _grow(self) -> None:
         """Twice the slots: the deliveries keep distinct slots (one more low bit each); at a
         slot for every id, no more (nor any need)."""
-        size = len(self._slots) * 2
+        size = max(len(self._slots) * 2, _FIRST_SLOTS)
         if size > _ALL_SLOTS:
             self._limit = _ALL_SLOTS
             return

@@ -160,3 +160,21 @@ async def test_a_resumed_session_resends_in_the_order_sent_across_the_wrap() -> 
         (1, True, b"2"),
         (2, True, b"3"),
     ]
+
+
+def test_an_idle_window_holds_no_slot_list_of_its_own_and_windows_never_share_a_delivery() -> None:
+    """An idle connection's session must not pay for slots (the idle-connection memory
+    target): every window with nothing ever in flight, or cleared, shares one empty list;
+    the first delivery put in flight, new or restored, gives it its own, and the shared
+    list stays empty for every other window."""
+    idle, sending, restoring = InflightWindow(), InflightWindow(), InflightWindow()
+    assert idle._slots is sending._slots is restoring._slots
+    first = _send(sending, PacketIdAllocator())
+    restoring.add(_restored(9))
+    assert idle._slots is not sending._slots and idle._slots is not restoring._slots
+    assert idle.get(first.packet_id) is None and idle.get(9) is None and 9 not in sending
+    assert idle.values() == [] and len(idle) == 0
+    assert idle.remove(first.packet_id) is None and sending.get(first.packet_id) is first
+    sending.clear()
+    assert sending._slots is idle._slots and sending.get(first.packet_id) is None
+    assert _send(sending, PacketIdAllocator()).packet_id == 1 and idle.values() == []
