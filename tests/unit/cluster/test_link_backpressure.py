@@ -206,13 +206,12 @@ class _SocketBuffer(_PausingTransport):
         return self.buffered
 
 
-async def _turn_past_the_mark(takes: int) -> tuple[PeerLink, _Client, list[bool]]:
-    """One loop turn forwards 2 MiB for a publisher (64 KiB frames), as when libuv reads its
-    socket many times in one wake-up; then the link's write (``_flush``) runs."""
+async def _link_with_publisher(wire: _SocketBuffer) -> tuple[PeerLink, _Client, Message]:
+    """A link writing into ``wire`` (its HELLO sent), a connected publisher ``pub`` and a
+    message of it to forward."""
     broker, _loop = _broker()
     hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
     link = PeerLink(hub)
-    wire = _SocketBuffer(takes)
     link.connection_made(cast(asyncio.Transport, wire))
     await _settle()
     wire.link = link
@@ -220,7 +219,13 @@ async def _turn_past_the_mark(takes: int) -> tuple[PeerLink, _Client, list[bool]
     session = Session("pub", broker.settings.queues, broker.stats)
     session.connection = publisher.conn
     broker.sessions["pub"] = session
-    message = Message("bcast/x", b"m", 1, False, None, "pub", 0.0)
+    return link, publisher, Message("bcast/x", b"m", 1, False, None, "pub", 0.0)
+
+
+async def _turn_past_the_mark(takes: int) -> tuple[PeerLink, _Client, list[bool]]:
+    """One loop turn forwards 2 MiB for a publisher (64 KiB frames), as when libuv reads its
+    socket many times in one wake-up; then the link's write (``_flush``) runs."""
+    link, publisher, message = await _link_with_publisher(_SocketBuffer(takes))
     paused_in_turn = []
     for _ in range(32):
         link.send_publish(b"f" * (64 << 10), message, keep=False)
@@ -261,19 +266,10 @@ class _MeasuredBuffer(_SocketBuffer):
 
 
 async def _publisher_link(takes: int) -> tuple[PeerLink, _MeasuredBuffer, _Client, Message]:
-    broker, _loop = _broker()
-    hub = ClusterHub(broker, NodeIdentity("node-1", 3, online=True), None)
-    link = PeerLink(hub)
     wire = _MeasuredBuffer(takes)
-    link.connection_made(cast(asyncio.Transport, wire))
-    await _settle()
-    wire.link = link
+    link, publisher, message = await _link_with_publisher(wire)
     wire.buffered = 0  # (its HELLO went out)
-    publisher = _Client(broker)
-    session = Session("pub", broker.settings.queues, broker.stats)
-    session.connection = publisher.conn
-    broker.sessions["pub"] = session
-    return link, wire, publisher, Message("bcast/x", b"m", 1, False, None, "pub", 0.0)
+    return link, wire, publisher, message
 
 
 async def test_the_room_is_measured_once_its_bound_runs_low_not_at_every_write() -> None:
