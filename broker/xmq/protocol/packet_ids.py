@@ -12,8 +12,11 @@ class PacketIdExhausted(Exception):  # noqa: N818 - a condition, not an error cl
 class PacketIdAllocator:
     """Hands out identifiers 1..65535 round-robin, skipping those still in use.
 
-    ``next_id`` is the next candidate; the broker's hot path reads and advances it inline
-    and calls ``allocate`` only when that candidate is still in flight.
+    ``next_id`` is the next candidate. A session's deliveries take their ids through
+    ``core.inflight_window.InflightWindow.put_next``, which reads and advances it inline with
+    its own test of a free id (the candidate's slot, not only the id, must be free: a second
+    copy of ``allocate``'s round-robin walk, kept there for the hot path); ``allocate`` serves
+    a caller whose in-use ids are a plain container.
 
     Round-robin (rather than lowest-free) keeps a just-acknowledged id from being reused at
     once, which makes late duplicates from a confused client harmless.
