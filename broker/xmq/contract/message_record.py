@@ -67,7 +67,7 @@ class MessageRecord:
 
 
 def encode_record(
-    record_id: str,
+    record_id: str | bytes,
     topic: str,
     payload: bytes,
     qos: int,
@@ -78,9 +78,10 @@ def encode_record(
     delivery_retain: bool,
     subscription_ids: tuple[int, ...] = (),
 ) -> bytes:
-    """Encode one record (see the module docstring for the layout)."""
+    """Encode one record (see the module docstring for the layout); ``record_id`` as a ``str``
+    or already UTF-8 (``RunIds.next_raw``)."""
     flags = delivery_qos | (4 if delivery_retain else 0) | (8 if retain else 0)
-    rid = record_id.encode()
+    rid = record_id.encode() if isinstance(record_id, str) else record_id
     top = topic.encode()
     if len(rid) > 255 or len(top) > 0xFFFF or len(subscription_ids) > 255:
         raise RecordError("record field too long")

@@ -263,10 +263,11 @@ class AckGate:
         count = by_conn.get(conn, 0) - 1
         if count > 0:
             by_conn[conn] = count
-        elif conn in by_conn:
+        elif count == 0:  # (-1: it had none counted, so no entry)
             del by_conn[conn]
-        if count < self.limit and conn in self._paused:
-            self._paused.discard(conn)
+        paused = self._paused  # (empty unless a publisher filled its window: no look-up)
+        if paused and count < self.limit and conn in paused:
+            paused.discard(conn)
             conn.link.resume_reading()
 
 

@@ -7,6 +7,14 @@ set by membership (interpreted: it writes through the compiled class's attribute
 
 from __future__ import annotations
 
+from typing import Final
+
+_DIGITS: Final = tuple(str(n).encode() for n in range(1000))
+"""0 to 999 in decimal, as bytes (an id's number below 1,000)."""
+
+_PADDED: Final = tuple(b"%03d" % n for n in range(1000))
+"""0 to 999 as three decimal digits (an id's last three, past 999)."""
+
 
 class NodeIdentity:
     """This node's id, its run epoch and whether it holds a valid lease (set by membership)."""
@@ -37,25 +45,60 @@ class RunIds:
     (no tag). The ``<node id>/<epoch>/<tag>`` prefix is built once per run of the node
     (``identity`` changes when it rejoins under a new epoch), not per id."""
 
-    __slots__ = ("_epoch", "_node", "identity", "last", "prefix", "tag")
+    __slots__ = (
+        "_epoch",
+        "_high",
+        "_high_raw",
+        "_node",
+        "_raw_prefix",
+        "identity",
+        "last",
+        "prefix",
+        "tag",
+    )
 
     def __init__(self, identity: NodeIdentity, tag: str = "") -> None:
         self.identity = identity
         self.tag = tag
         self.last = 0  # the number of the last id given
         self.prefix = ""  # of the run below
+        self._raw_prefix = b""  # ``prefix`` encoded (``next_raw``)
+        self._high = -1  # ``next_raw``'s number // 1000 ...
+        self._high_raw = b""  # ... and the id up to its last three digits
         self._node = ""
         self._epoch = -1
 
     def next(self) -> str:
         """A new id, numbered one past ``last``."""
         identity = self.identity
-        node_id, epoch = identity.node_id, identity.epoch
-        if epoch != self._epoch or node_id != self._node:
-            self._node, self._epoch = node_id, epoch
-            self.prefix = f"{node_id}/{epoch}/{self.tag}"
+        if identity.epoch != self._epoch or identity.node_id != self._node:
+            self._new_run()
         self.last = number = self.last + 1
         return self.prefix + str(number)
+
+    def next_raw(self) -> bytes:
+        """``next()``'s id as UTF-8 (a durable record's id field): no id made as a ``str`` to be
+        encoded whole, nor its number converted to decimal per id — the run's prefix and the
+        number's thousands are encoded once per 1,000 ids, its last three digits come from a
+        table."""
+        identity = self.identity
+        if identity.epoch != self._epoch or identity.node_id != self._node:
+            self._new_run()
+        self.last = number = self.last + 1
+        high = number // 1000
+        if high != self._high:  # (once per 1,000 ids)
+            self._high = high
+            self._high_raw = self._raw_prefix + str(high).encode() if high else self._raw_prefix
+        low = number - high * 1000
+        return self._high_raw + (_PADDED[low] if high else _DIGITS[low])
+
+    def _new_run(self) -> None:
+        """The node's id or epoch changed (or the first id): the prefix of this run's ids."""
+        identity = self.identity
+        self._node, self._epoch = identity.node_id, identity.epoch
+        self.prefix = f"{self._node}/{self._epoch}/{self.tag}"
+        self._raw_prefix = self.prefix.encode()
+        self._high = -1
 
     def last_id(self) -> str:
         """The last id given (by ``next``)."""

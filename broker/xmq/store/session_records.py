@@ -19,6 +19,7 @@ from xmq.contract.session_scripts import (
     is_inbound_id,
 )
 from xmq.core.cluster_ports import DurableContext, DurableHold, NodeIdentity, RunIds
+from xmq.core.held_acks import HeldAck
 from xmq.core.message import Message
 from xmq.core.session import Delivery, Session, Subscription
 from xmq.core.shared_claims import claim_id
@@ -104,23 +105,21 @@ class SessionRecords:
         The records of one forwarded message routed to many sessions here are equal (same
         id, message and delivery terms): the last one encoded is given again, one object that
         every queue holding it shares (``core.delivery_queue``), not one per session."""
-        if not record_id:
-            record_id = self.record_ids.next()  # "<node id>/<epoch>/<n>"
-        else:
-            last = self._last_record
-            if (
-                last is not None
-                and last[0] is message
-                and last[1] == qos
-                and last[2] == retain
-                and last[3] == subscription_ids
-                and last[4] == record_id
-            ):
-                return last[5]
-            raw = self._encode(message, qos, retain, subscription_ids, record_id)
-            self._last_record = (message, qos, retain, subscription_ids, record_id, raw)
-            return raw
-        return self._encode(message, qos, retain, subscription_ids, record_id)
+        if not record_id:  # "<node id>/<epoch>/<n>", made as bytes
+            return self._encode(message, qos, retain, subscription_ids, self.record_ids.next_raw())
+        last = self._last_record
+        if (
+            last is not None
+            and last[0] is message
+            and last[1] == qos
+            and last[2] == retain
+            and last[3] == subscription_ids
+            and last[4] == record_id
+        ):
+            return last[5]
+        raw = self._encode(message, qos, retain, subscription_ids, record_id)
+        self._last_record = (message, qos, retain, subscription_ids, record_id, raw)
+        return raw
 
     @staticmethod
     def _encode(
@@ -128,7 +127,7 @@ class SessionRecords:
         qos: int,
         retain: bool,
         subscription_ids: tuple[int, ...],
-        record_id: str,
+        record_id: str | bytes,
     ) -> bytes:
         return encode_record(
             record_id,
@@ -180,34 +179,15 @@ class SessionRecords:
         self.unwritten += 1
         if self.max_queued_writes == 0:
             hold = context.hold
-            if hold is not None:
+            # (the same call twice: compiled, a HeldAck's is direct, the port's generic)
+            if type(hold) is HeldAck:  # noqa: SIM114
                 hold.hold()
-
-            def recorded(reply: Any) -> None:
-                self._written()
-                if isinstance(reply, BaseException):  # given up: no ack, no delivery
-                    self.failed += 1
-                    if mark is not None:  # not recorded: the message may come again
-                        self._recent.discard(mark)
-                    if "FENCED" not in str(reply):  # (fenced: said once by the batcher)
-                        log.error("record for %r not written: %r", session.client_id, reply)
-                    if hold is not None:
-                        hold.fail()
-                    return
-                if hold is not None:
-                    hold.release()  # written (or queued before): the publisher's ack may go
-                if reply == 0:  # its seen marker exists: queued for the session already
-                    self.duplicates += 1  # (or, shared, for another member of its group)
-                    settled = delivery.on_done
-                    if settled is not None:  # a SHARED frame's: the group has it
-                        delivery.on_done = None
-                        settled()
-                    return
-                store: object = session.store  # (typed as the port; this object is one)
-                if store is self:
-                    session.deliver_recorded(delivery, self.clock())
-
-            self._push(session.client_id, raw, seen, marks, recorded)
+            elif hold is not None:
+                hold.hold()
+            # one object waits for the reply (not a closure and the environment of this call)
+            self._push(
+                session.client_id, raw, seen, marks, RecordWait(self, session, delivery, hold, mark)
+            )
             if self.unwritten > self.limit:
                 self._pause(message.origin)
             return True
@@ -288,6 +268,42 @@ class SessionRecords:
             )
         return fenced
 
+    def recorded(
+        self,
+        reply: Any,
+        session: Session,
+        delivery: Delivery,
+        hold: DurableHold | None,
+        mark: tuple[str, str] | None,
+    ) -> None:
+        """The reply of a record's write with ``max_queued_writes`` 0 (``RecordWait``): the
+        publisher's held ack is released (or failed), the delivery sent once it is written."""
+        self._written()
+        if isinstance(reply, BaseException):  # given up: no ack, no delivery
+            self.failed += 1
+            if mark is not None:  # not recorded: the message may come again
+                self._recent.discard(mark)
+            if "FENCED" not in str(reply):  # (fenced: said once by the batcher)
+                log.error("record for %r not written: %r", session.client_id, reply)
+            if hold is not None:
+                hold.fail()
+            return
+        # written (or queued before): the publisher's ack may go (a ``HeldAck``: a direct call)
+        if type(hold) is HeldAck:  # noqa: SIM114
+            hold.release()
+        elif hold is not None:
+            hold.release()
+        if reply == 0:  # its seen marker exists: queued for the session already
+            self.duplicates += 1  # (or, shared, for another member of its group)
+            settled = delivery.on_done
+            if settled is not None:  # a SHARED frame's: the group has it
+                delivery.on_done = None
+                settled()
+            return
+        store: object = session.store  # (typed as the port; this object is one)
+        if store is self:
+            session.deliver_recorded(delivery, self.clock())
+
     def _written_reply(self, reply: Any) -> None:
         self._written()
 
@@ -304,3 +320,29 @@ class SessionRecords:
         if conn is not None and conn not in self._paused:
             self._paused.add(conn)
             conn.link.pause_reading()
+
+
+class RecordWait:
+    """What waits for one record's write with ``max_queued_writes`` 0: the batcher's callback
+    (``SessionRecords.recorded`` with the record's session, delivery, hold and forwarded
+    mark). One slotted object per record, where a closure was two (it and its call's
+    environment), each made, filled and freed per durable message."""
+
+    __slots__ = ("delivery", "hold", "mark", "records", "session")
+
+    def __init__(
+        self,
+        records: SessionRecords,
+        session: Session,
+        delivery: Delivery,
+        hold: DurableHold | None,
+        mark: tuple[str, str] | None,
+    ) -> None:
+        self.records = records
+        self.session = session
+        self.delivery = delivery
+        self.hold = hold
+        self.mark = mark
+
+    def __call__(self, reply: Any) -> None:
+        self.records.recorded(reply, self.session, self.delivery, self.hold, self.mark)

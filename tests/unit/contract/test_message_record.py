@@ -92,6 +92,10 @@ def test_record_bytes_are_the_documented_layout(
         record_id, topic, payload, qos, retain, None, origin, delivery_qos, delivery_retain
     )
     assert record == _reference_record(record_id, topic, payload, qos, flags, origin)
+    # the id already UTF-8 (``RunIds.next_raw``): the same bytes
+    assert record == encode_record(
+        record_id.encode(), topic, payload, qos, retain, None, origin, delivery_qos, delivery_retain
+    )
 
 
 def test_a_client_s_records_share_its_origin_field_and_a_too_long_id_is_refused() -> None:
