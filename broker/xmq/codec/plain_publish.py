@@ -26,6 +26,22 @@ _QOS1_DUP: Final = 0x3A
 """``Final``: compiled, a literal in the code; a plain module global was a lookup in the
 module's dict at each read (three a PUBLISH)."""
 
+TOPICS_KEPT: Final = 4096
+"""Topic names kept decoded (``_TOPICS``) before the table is emptied and filled again."""
+TOPIC_KEPT_BYTES: Final = 128
+"""The longest topic name (in bytes) kept decoded; a longer one is decoded at each read."""
+_TOPICS: Final[dict[bytes, str]] = {}
+"""A topic name's UTF-8 bytes -> the ``str`` decoded from them, for the topics read lately: a
+device publishes to the same few topics again and again. Found here (the bytes hashed and
+looked up, ~450 instructions: more than the decoding it saves, ~200 with the check for
+U+0000), the ``str`` is the same object each time, with its hash cached, so the routing's
+lookups by topic (``core.publish_flow``) do not hash a new ``str`` nor free it: ~330 less
+there, ~300 less a point-to-point message in all (docs/benchmarks.md, session 17, p2p21).
+Bounded: at ``TOPICS_KEPT`` names it is emptied (a client publishing to ever new topics costs
+a clear per ``TOPICS_KEPT`` of them), and a name over ``TOPIC_KEPT_BYTES`` is not kept, so the
+table holds ~1.6 MB with ASCII names of that length, ~3.3 MB at most. Only names decoded
+without error and without U+0000 are kept (the others go to the full decoder, as before)."""
+
 
 def plain_publish(data: bytes, version: int, max_packet_size: int) -> PlainPublish | None:
     """The fields of ``data`` when it is exactly one plain PUBLISH (see module doc), else None."""
@@ -70,12 +86,19 @@ def plain_publish(data: bytes, version: int, max_packet_size: int) -> PlainPubli
         body += 1
     elif body > size:
         return None
-    try:
-        topic = data[pos + 2 : topic_end].decode()
-    except UnicodeDecodeError:
-        return None
-    if "\x00" in topic:
-        return None
+    raw = data[pos + 2 : topic_end]
+    topic = _TOPICS.get(raw)
+    if topic is None:
+        try:
+            topic = raw.decode()
+        except UnicodeDecodeError:
+            return None
+        if "\x00" in topic:
+            return None
+        if len(raw) <= TOPIC_KEPT_BYTES:
+            if len(_TOPICS) >= TOPICS_KEPT:
+                _TOPICS.clear()
+            _TOPICS[raw] = topic
     if qos:
         head = data[:topic_end] if first == _QOS1 else bytes((_QOS1,)) + data[1:topic_end]
         return topic, 1, packet_id, data[body:], head, data[topic_end + 2 :]

@@ -9,13 +9,13 @@ the slot ``packet_id & mask`` of a list whose length is a power of two, and its 
 an index each.
 
 No two deliveries in flight share a slot: ``put_next`` gives a new delivery the allocator's
-next id (round robin, ``protocol.packet_ids``) whose slot is free, skipping the ones whose slot
-is held — an id in flight among them, so an id is still never reused while in flight —, and
-``add`` of a delivery restored under an id whose slot is held (another id with the same low
-bits) doubles the list until they part (at 65,536 slots every id has its own). The list doubles
-too once it is more than half full (so ``put_next`` finds a free slot within a step or two),
-and has no list of its own again after ``clear`` (nor before its first delivery: an idle
-session's window shares one empty slot list, ``_NO_SLOTS``).
+next id (round robin, ``protocol.packet_ids``' ``take_free_slot``) whose slot is free,
+skipping the ones whose slot is held — an id in flight among them, so an id is still never
+reused while in flight —, and ``add`` of a delivery restored under an id whose slot is held
+(another id with the same low bits) doubles the list until they part (at 65,536 slots every id
+has its own). The list doubles too once it is more than half full (so ``put_next`` finds a
+free slot within a step or two), and has no list of its own again after ``clear`` (nor before
+its first delivery: an idle session's window shares one empty slot list, ``_NO_SLOTS``).
 
 A ``dict`` kept the deliveries in the order they went in flight, and a resumed session re-sends
 them in that order (MQTT-4.6.0-1): ``add`` stamps each delivery with the window's count of
@@ -30,8 +30,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
+from mypy_extensions import i64
+
 from xmq.core.delivery_queue import Delivery
-from xmq.protocol.packet_ids import PacketIdAllocator, PacketIdExhausted
+from xmq.protocol.packet_ids import PacketIdAllocator
 
 _FIRST_SLOTS: Final = 8
 """Slots a window takes when its first delivery goes in flight: a power of two."""
@@ -57,12 +59,14 @@ class InflightWindow:
     __slots__ = ("_added", "_limit", "_mask", "_slots", "count")
 
     def __init__(self) -> None:
+        # ``i64`` (compiled: machine integers, no tagged-int checks nor reference counts on
+        # each read, add and mask; plain ints when pure)
         self._slots: list[Delivery | None] = _NO_SLOTS
-        self._mask = 0
-        self._limit = 0  # the most in flight before the slots double (0: none of its own yet)
-        self.count = 0
+        self._mask: i64 = 0
+        self._limit: i64 = 0  # the most in flight before the slots double (0: none yet)
+        self.count: i64 = 0
         """How many deliveries are in flight (``len()`` without a call into Python)."""
-        self._added = 0  # additions so far: the next one's ``flight_order``
+        self._added: i64 = 0  # additions so far: the next one's ``flight_order``
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -112,16 +116,8 @@ class InflightWindow:
             self._grow()
         slots = self._slots
         mask = self._mask
-        candidate = allocator.next_id
+        candidate = allocator.take_free_slot(slots, mask)
         index = candidate & mask
-        tries = _MAX_ID
-        while slots[index] is not None:
-            candidate = candidate + 1 if candidate < _MAX_ID else 1
-            index = candidate & mask
-            tries -= 1
-            if not tries:
-                raise PacketIdExhausted("no free packet identifier")
-        allocator.next_id = candidate + 1 if candidate < _MAX_ID else 1
         slots[index] = delivery
         added = self._added
         delivery.flight_order = added

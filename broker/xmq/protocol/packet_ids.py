@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Container
+from typing import Final, TypeVar
+
+_MAX_ID: Final = 0xFFFF
+
+_Held = TypeVar("_Held")
 
 
 class PacketIdExhausted(Exception):  # noqa: N818 - a condition, not an error class hierarchy
@@ -12,11 +16,11 @@ class PacketIdExhausted(Exception):  # noqa: N818 - a condition, not an error cl
 class PacketIdAllocator:
     """Hands out identifiers 1..65535 round-robin, skipping those still in use.
 
-    ``next_id`` is the next candidate. A session's deliveries take their ids through
-    ``core.inflight_window.InflightWindow.put_next``, which reads and advances it inline with
-    its own test of a free id (the candidate's slot, not only the id, must be free: a second
-    copy of ``allocate``'s round-robin walk, kept there for the hot path); ``allocate`` serves
-    a caller whose in-use ids are a plain container.
+    ``next_id`` is the next candidate; only ``take_free_slot`` moves it. A session's
+    deliveries in flight sit in a list of slots indexed by ``packet id & mask``
+    (``core.inflight_window.InflightWindow``): ``take_free_slot`` hands out the next id whose
+    *slot* is free, so an id in flight (its slot is held) is never handed out again, nor an id
+    whose slot another id in flight holds.
 
     Round-robin (rather than lowest-free) keeps a just-acknowledged id from being reused at
     once, which makes late duplicates from a confused client harmless.
@@ -25,15 +29,20 @@ class PacketIdAllocator:
     __slots__ = ("next_id",)
 
     def __init__(self, start: int = 1) -> None:
-        self.next_id = start if 1 <= start <= 0xFFFF else 1
+        self.next_id = start if 1 <= start <= _MAX_ID else 1
 
-    def allocate(self, in_use: Container[int]) -> int:
-        """Return an id not contained in ``in_use`` (the caller's in-flight map)."""
+    def take_free_slot(self, slots: list[_Held | None], mask: int) -> int:
+        """Return the next id (round robin from ``next_id``) whose slot ``slots[id & mask]`` is
+        None, and move ``next_id`` past it; ``PacketIdExhausted`` if no id's slot is free.
+        ``mask`` is ``len(slots) - 1`` (a power of two, at most 65,536 slots)."""
         candidate = self.next_id
-        for _ in range(0xFFFF):
-            following = candidate + 1 if candidate < 0xFFFF else 1
-            if candidate not in in_use:
-                self.next_id = following
-                return candidate
-            candidate = following
-        raise PacketIdExhausted("no free packet identifier")
+        index = candidate & mask
+        tries = _MAX_ID
+        while slots[index] is not None:
+            candidate = candidate + 1 if candidate < _MAX_ID else 1
+            index = candidate & mask
+            tries -= 1
+            if not tries:
+                raise PacketIdExhausted("no free packet identifier")
+        self.next_id = candidate + 1 if candidate < _MAX_ID else 1
+        return candidate

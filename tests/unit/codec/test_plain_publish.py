@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from xmq.codec.packets import Publish
-from xmq.codec.plain_publish import plain_publish
+from xmq.codec.plain_publish import _TOPICS, TOPIC_KEPT_BYTES, TOPICS_KEPT, plain_publish
 from xmq.codec.properties import Properties
 from xmq.codec.reader import PacketReader
 from xmq.codec.writer import encode, encode_publish_parts
@@ -112,3 +112,44 @@ def test_three_one_one_has_no_property_byte() -> None:
     plain = plain_publish(data, 4, LIMIT)
     assert plain is not None
     assert plain[3] == b"\x00payload"
+
+
+def test_a_topic_read_again_is_the_str_decoded_the_first_time() -> None:
+    """Kept decoded by its bytes: the second read of a topic gives the same ``str`` object
+    (its hash cached for the routing), equal to what the reader decodes."""
+    first = plain_publish(_v5("kept/é/1"), 5, LIMIT)
+    second = plain_publish(_v5("kept/é/1", qos=0), 5, LIMIT)
+    assert first is not None and second is not None
+    assert first[0] == "kept/é/1" and second[0] is first[0]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"\x30\x05\x00\x03\xff\xfe\xfd", b"\x30\x05\x00\x03a\x00b"],
+    ids=["topic-not-utf8", "topic-nul"],
+)
+def test_a_topic_refused_once_is_refused_again(data: bytes) -> None:
+    """Names that fail (not UTF-8, U+0000) are not kept: the full decoder answers each time."""
+    assert plain_publish(data, 5, LIMIT) is None
+    assert plain_publish(data, 5, LIMIT) is None
+    assert data[4:] not in _TOPICS
+
+
+def test_the_kept_topics_are_bounded() -> None:
+    """At ``TOPICS_KEPT`` names the table is emptied before the next one goes in."""
+    for number in range(TOPICS_KEPT + 10):
+        plain = plain_publish(_v5(f"many/{number}"), 5, LIMIT)
+        assert plain is not None and plain[0] == f"many/{number}"
+        assert len(_TOPICS) <= TOPICS_KEPT
+    assert b"many/0" not in _TOPICS and b"many/%d" % (TOPICS_KEPT + 9) in _TOPICS
+
+
+def test_a_long_topic_is_decoded_each_time_not_kept() -> None:
+    """Names over ``TOPIC_KEPT_BYTES`` are not kept (the table's size stays bounded)."""
+    longer = "l" * (TOPIC_KEPT_BYTES + 1)
+    plain = plain_publish(_v5(longer), 5, LIMIT)
+    assert plain is not None and plain[0] == longer
+    assert longer.encode() not in _TOPICS
+    longest = "k" * TOPIC_KEPT_BYTES
+    assert plain_publish(_v5(longest), 5, LIMIT) is not None
+    assert longest.encode() in _TOPICS

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from tests.support.sink_link import connect_client
@@ -13,7 +15,7 @@ from xmq.core.inflight_window import InflightWindow
 from xmq.core.message import Message
 from xmq.core.session import QueueLimits
 from xmq.core.settings import CoreSettings
-from xmq.protocol.outbound_qos import SEND_NOW
+from xmq.protocol.outbound_qos import QUEUED, SEND_NOW
 from xmq.protocol.packet_ids import PacketIdAllocator, PacketIdExhausted
 
 
@@ -178,3 +180,29 @@ def test_an_idle_window_holds_no_slot_list_of_its_own_and_windows_never_share_a_
     sending.clear()
     assert sending._slots is idle._slots and sending.get(first.packet_id) is None
     assert _send(sending, PacketIdAllocator()).packet_id == 1 and idle.values() == []
+
+
+def test_a_delivery_made_after_one_freed_starts_fresh_and_the_freed_one_holds_nothing() -> None:
+    """Compiled, the last ``Delivery`` freed is kept for the next one made (mypyc's free list
+    of one): the next one has its own fields only, and the kept one lets go of its message."""
+    message = Message("old", b"x", 2, False, None, "p", 0.0)
+    held = sys.getrefcount(message)
+    old = Delivery(message, 2, True, (7,), None)
+    old.start(5, SEND_NOW)
+    old.record = b"record"
+    old.on_done = lambda: None
+    old.flight_order = 9
+    assert sys.getrefcount(message) == held + 1
+    del old
+    assert sys.getrefcount(message) == held  # freed (or kept for reuse) without its message
+    other = Message("new", b"y", 1, False, None, "p", 0.0)
+    new = Delivery(other, 1, False, (), None)
+    assert new.message is other
+    assert (new.packet_id, new.state, new.qos, new.retain, new.subscription_ids) == (
+        0,
+        QUEUED,
+        1,
+        False,
+        (),
+    )
+    assert (new.share, new.record, new.on_done, new.flight_order) == (None, None, None, 0)
