@@ -182,6 +182,32 @@ def publish(record: bytes, kept: bool = True) -> bytes:
 _RECORD_FORMAT_BYTE: Final = BYTE[RECORD_FORMAT]
 _PUBLISH_PACKET: Final = 3  # (the MQTT packet type whose properties a record holds)
 _LENGTH: Final[list[bytes]] = [size.to_bytes(4, "big") for size in range(256)]
+# a frame's kind, the record's format, flags and QoS byte: [unkept << 6 | flags << 2 | qos]
+_HEADS: Final[list[bytes]] = [
+    bytes((PUBLISH_UNKEPT if index >> 6 else PUBLISH, RECORD_FORMAT, index >> 2 & 15, index & 3))
+    for index in range(128)
+]
+_NO_ORIGIN: Final = b"\x00\x00"
+_FIELDS_KEPT: Final = 4096  # (cleared whole past it: a lookup and an insertion then)
+_FIELD_KEPT_MAX: Final = 255  # (longer texts are encoded each time: the cache stays small)
+_TEXT_FIELDS: Final[dict[str, bytes]] = {}
+
+
+def text_field(text: str) -> bytes:
+    """``u16 length | UTF-8`` of a record's topic or origin: kept per text (a topic and a
+    publisher's id recur on every forward), made each time for one longer than 255 bytes."""
+    field = _TEXT_FIELDS.get(text)
+    if field is not None:
+        return field
+    data = text.encode()
+    if len(data) > 0xFFFF:
+        raise RecordError("record field too long")
+    field = u16(len(data)) + data
+    if len(data) <= _FIELD_KEPT_MAX:
+        if len(_TEXT_FIELDS) >= _FIELDS_KEPT:
+            _TEXT_FIELDS.clear()
+        _TEXT_FIELDS[text] = field
+    return field
 
 
 def publish_record(
@@ -198,32 +224,32 @@ def publish_record(
 ) -> bytes:
     """``publish(encode_record(...), kept)`` built as one ``bytes`` (no record object made
     and copied again behind the frame's head): the forward's frame. ``record_id``: the
-    forward id, encoded. A unit test holds it to ``publish`` of ``encode_record``."""
-    org = origin.encode() if origin else b""
-    top = topic.encode()
-    if len(record_id) > 255 or len(org) > 0xFFFF or len(top) > 0xFFFF:
+    forward id, encoded. A unit test holds it to ``publish`` of ``encode_record``.
+    The head's four bytes come from a table, the topic and origin fields from
+    ``text_field``."""
+    org = text_field(origin) if origin else _NO_ORIGIN
+    top = text_field(topic)
+    if len(record_id) > 255:
         raise RecordError("record field too long")
-    props = b"\x00" if properties is None else encode_properties(properties, _PUBLISH_PACKET)
     flags = delivery_qos | (4 if delivery_retain else 0) | (8 if retain else 0)
-    # kind + format, flags, qos, id length + the id, origin and topic fields, no ids (1)
-    size = 10 + len(record_id) + len(org) + len(top) + len(props) + len(payload)
+    if 0 <= qos <= 3 and 0 <= flags <= 15:
+        head = _HEADS[(0 if kept else 64) | flags << 2 | qos]
+    else:  # (not a message's: the record's bytes all the same)
+        head = bytes((PUBLISH if kept else PUBLISH_UNKEPT, RECORD_FORMAT, flags & 0xFF, qos & 0xFF))
+    # the head (4), the id's length and the id, the origin and topic fields, no ids (1)
+    if properties is None:  # (the ids' count and a zero property length: two literal bytes)
+        size = 7 + len(record_id) + len(org) + len(top) + len(payload)
+        length = _LENGTH[size] if size < 256 else size.to_bytes(4, "big")
+        return b"%b%b%b%b%b%b\x00\x00%b" % (
+            length, head, BYTE[len(record_id)], record_id, org, top, payload
+        )  # fmt: skip
+    props = encode_properties(properties, _PUBLISH_PACKET)
+    size = 6 + len(record_id) + len(org) + len(top) + len(props) + len(payload)
     # the frame's u32 length: from a table up to 255 (the common forward), no ``int.to_bytes``
     length = _LENGTH[size] if size < 256 else size.to_bytes(4, "big")
-    return b"%b%b%b%b%b%b%b%b%b%b%b\x00%b%b" % (
-        length,
-        BYTE[PUBLISH if kept else PUBLISH_UNKEPT],
-        _RECORD_FORMAT_BYTE,
-        BYTE[flags & 0xFF],
-        BYTE[qos & 0xFF],
-        BYTE[len(record_id)],
-        record_id,
-        u16(len(org)),
-        org,
-        u16(len(top)),
-        top,
-        props,
-        payload,
-    )
+    return b"%b%b%b%b%b%b\x00%b%b" % (
+        length, head, BYTE[len(record_id)], record_id, org, top, props, payload
+    )  # fmt: skip
 
 
 def with_kind(data: bytes, kept: bool) -> bytes:
