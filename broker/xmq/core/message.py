@@ -10,6 +10,8 @@ from __future__ import annotations
 import struct
 from typing import Final
 
+from mypy_extensions import mypyc_attr  # a runtime dependency (pyproject): a no-op when pure
+
 from xmq.codec.packets import MQTT_5
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode_publish_parts
@@ -34,9 +36,16 @@ _ORIGIN: Final = 8
 _EXPIRES: Final = 16
 
 
+@mypyc_attr(free_list_len=1)
 class Message:
     """One application message; immutable once routed (but for ``forward_id``, given once by
-    the cluster when the message first leaves this node: ``ClusterHub.encode``)."""
+    the cluster when the message first leaves this node: ``ClusterHub.encode``).
+
+    Compiled, the last one freed is kept for the next one made (``free_list_len=1``, as
+    ``Delivery``): a point-to-point message is freed at its PUBACK and the next one is made
+    from it, without the allocator's ``malloc`` and ``free``; its attributes are cleared when
+    it is freed, and the ones unset until first queued (``queued_refs``, ``queued_key``) are
+    unset again in the one made from it."""
 
     __slots__ = (
         "_key0",

@@ -72,7 +72,9 @@ async def test_a_silent_peer_whose_port_refuses_is_released(
         await asyncio.sleep(0.02)
     peers.stop()
     assert peers.released == 1  # not merely expired
-    assert 0 < ttl <= 3000 - 1450  # released while the lease had time left, once 1.45 s silent
+    # released while the lease had time left, once 1.45 s silent: ``ttl`` is the last read
+    # before the release, up to one 20 ms poll (and a loaded loop's lag) earlier than it
+    assert 0 < ttl <= 3000 - 1450 + 100
 
 
 async def test_a_peer_that_still_renews_or_still_listens_is_not_released(

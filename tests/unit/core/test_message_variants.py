@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import sys
 
 from xmq.codec.writer import encode_publish_parts
 from xmq.core.message import Message
@@ -60,3 +61,29 @@ def test_a_copy_without_id_and_a_plain_round_trip_keep_the_cached_variants() -> 
         expected = encode_publish_parts("t/1", b"payload", qos, retain, None, version)
         assert copy.encode(version, qos, retain) == expected
         assert restored.encode(version, qos, retain) == expected
+
+
+def test_a_message_made_after_one_freed_starts_fresh() -> None:
+    """Compiled, the last ``Message`` freed is kept for the next one made (mypyc's free list
+    of one): the next one has none of its fields, its unset-until-queued ones unset again (the
+    memory accounting reads them with a default), and the freed one lets go of its payload."""
+    payload = b"payload kept elsewhere"
+    held = sys.getrefcount(payload)
+    old = Message("old/t", payload, 2, True, None, "pub", 0.0)
+    old.encode(5, 2, True)
+    old.forward_id = "n/1/f1"
+    old.queued_refs = 3
+    old.queued_key = 12
+    del old
+    assert sys.getrefcount(payload) == held  # freed (or kept for reuse) without its payload
+    new = Message("new/t", b"y", 1, False, None, None, 0.0)
+    assert getattr(new, "queued_refs", 0) == 0 and getattr(new, "queued_key", 0) == 0
+    assert (new.topic, new.payload, new.qos, new.retain, new.origin, new.forward_id) == (
+        "new/t",
+        b"y",
+        1,
+        False,
+        None,
+        "",
+    )
+    assert new.encode(5, 1, False) == encode_publish_parts("new/t", b"y", 1, False, None, 5)
