@@ -5,15 +5,33 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 
 import asyncpg
 import pytest
 
 from tests.support.broker_process import BrokerProcess
+from tests.support.cluster_nodes import ClusterNodes
 from tests.support.postgres import PostgresServer
 
 _ids = itertools.count()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report shows the end of its brokers' logs: a fault that shows once in
+    a CI run (a cluster test under load) can be read from that run's output."""
+    report = yield
+    if report.when == "call" and report.failed:
+        for value in getattr(item, "funcargs", {}).values():
+            if isinstance(value, ClusterNodes):
+                for name, tail in value.log_tails().items():
+                    report.sections.append((f"log of {name}", tail or "(empty)"))
+            elif isinstance(value, BrokerProcess):
+                report.sections.append((f"log of {value.name}", value.log_tail(80) or "(empty)"))
+    return report
 
 
 @pytest.fixture(scope="module")

@@ -43,7 +43,7 @@ class BrokerProcess:
         full_env.setdefault("XMQ_METRICS__PORT", "0")
         full_env.update(env or {})
         self.log_path = Path(self._tmp.name) / "broker.log"
-        self._name = full_env.get("XMQ_NODE_ID", "broker")
+        self.name = full_env.get("XMQ_NODE_ID", "broker")
         self._log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=self._log, env=full_env, text=True
@@ -83,6 +83,12 @@ class BrokerProcess:
         self._log.flush()
         return self.log_path.read_text(errors="replace")
 
+    def log_tail(self, lines: int) -> str:
+        """The log's last ``lines`` (empty once ``stop`` removed it)."""
+        if self._log.closed or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log().splitlines()[-lines:])
+
     def terminate(self, timeout: float = 15.0) -> int:
         """SIGTERM and wait; return the exit code."""
         if self.proc.poll() is None:
@@ -113,4 +119,4 @@ class BrokerProcess:
         keep = os.environ.get(KEEP_LOGS_ENV)
         if keep and self.log_path.exists():
             Path(keep).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(self.log_path, Path(keep) / f"{self._name}-{self.proc.pid}.log")
+            shutil.copyfile(self.log_path, Path(keep) / f"{self.name}-{self.proc.pid}.log")

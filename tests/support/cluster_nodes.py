@@ -162,6 +162,15 @@ class ClusterNodes:
         """Each running node's log (stderr), by ``node-<index>``."""
         return {f"node-{index}": node.log() for index, node in self.nodes.items()}
 
+    def log_tails(self, lines: int = 80) -> dict[str, str]:
+        """The last ``lines`` of the log of every node this test started (killed and stopped
+        ones too, while their logs exist), by node id and pid: a failed test's report shows
+        them (``tests/conftest.py``)."""
+        return {
+            f"{process.name} (pid {process.proc.pid})": process.log_tail(lines)
+            for process in self._all
+        }
+
     def kill(self, index: int) -> None:
         self.nodes.pop(index).kill()
 

@@ -170,8 +170,8 @@ def test_node_started_after_the_owner_died_queues_for_it(
     nodes.wait_linked(2)
     pub = PahoClient(nodes.port(3), f"{uid}-pub")
     pub.connect()
-    for n in range(10):
-        pub.publish(topic, f"{n}", qos=1)
+    # 0: each one is queued for the session (0x10 would say node 3 did not know it)
+    assert [pub.publish(topic, f"{n}", qos=1) for n in range(10)] == [0] * 10
     pub.disconnect()
     again = PahoClient(nodes.port(1), f"{uid}-durable")
     result = again.connect(clean_start=False, properties=EXPIRY, timeout=nodes.lease_ttl_s + 10)
