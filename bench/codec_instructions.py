@@ -6,9 +6,10 @@ start-up (interpreter, imports, building the input) cancelled. Counts are the sa
 and on a quiet machine, so two revisions compare exactly (run this in each worktree).
 
 Cases: a QoS 1 PUBLISH (MQTT 5, no properties) with a 16-byte payload (one-byte remaining
-length) and with a 200-byte payload (two-byte remaining length), decoded by ``plain_publish``
-(the one-PUBLISH-per-read fast path) and by ``PacketReader.feed`` (64 packets per read); and an
-MQTT 5 PUBLISH whose properties hold a Subscription Identifier (a variable byte integer).
+length) and with a 200-byte payload (two-byte remaining length), decoded by ``read_plain``
+(the one-PUBLISH-per-read fast path, into one connection's ``PlainRead``: the topic found there
+from the read before) and by ``PacketReader.feed`` (64 packets per read); and an MQTT 5 PUBLISH
+whose properties hold a Subscription Identifier (a variable byte integer).
 
     .venv/bin/python bench/codec_instructions.py [--ops 20000] [--case NAME ...]
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from xmq.bench.tracers import count_instructions, per_unit
 from xmq.codec.packets import Publish
-from xmq.codec.plain_publish import plain_publish
+from xmq.codec.plain_publish import PlainRead, read_plain
 from xmq.codec.properties import Properties
 from xmq.codec.reader import PacketReader
 from xmq.codec.writer import encode
@@ -38,11 +39,12 @@ def _publish(payload_size: int, properties: Properties | None = None) -> bytes:
 
 def _plain(payload_size: int) -> Callable[[int], None]:
     data = _publish(payload_size)
-    assert plain_publish(data, 5, 1 << 20) is not None
+    into = PlainRead()
+    assert read_plain(data, 5, 1 << 20, into)
 
     def run(ops: int) -> None:
         for _ in range(ops):
-            plain_publish(data, 5, 1 << 20)
+            read_plain(data, 5, 1 << 20, into)
 
     return run
 

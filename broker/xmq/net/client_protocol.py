@@ -24,7 +24,7 @@ from typing import cast
 
 from xmq.codec.errors import ProtocolError
 from xmq.codec.packets import Packet
-from xmq.codec.plain_publish import plain_publish
+from xmq.codec.plain_publish import PlainRead, read_plain
 from xmq.codec.puback_batch import plain_puback_id, plain_puback_ids
 from xmq.codec.reader import PacketReader
 from xmq.core.auth_ports import Authenticator, Authorizer
@@ -73,6 +73,7 @@ class MqttClientProtocol(ClientOutput):
         "_fenced",
         "_held",
         "_peer",
+        "_plain",
         "conn",
         "on_close",
         "on_deadline",
@@ -96,9 +97,13 @@ class MqttClientProtocol(ClientOutput):
         self._held = False  # the core paused reading (authentication, held acks)
         self._clock = broker.loop.time
         self._fence = broker.fence
-        self._fenced: list[bytes] = []  # bytes read while the lease was not proven
+        # bytes read while the lease was not proven (None: none since the last release; a
+        # list made then, not one per connection: ~80 bytes each, where ``_plain``'s slot
+        # costs 8)
+        self._fenced: list[bytes] | None = None
         self.reader = PacketReader(max_packet_size)
         self._peer: str | None = None  # "ip:port", asked of the transport on first use (peer)
+        self._plain: PlainRead | None = None  # its plain PUBLISH reads (made at the first)
         self.on_close = on_close
         self.on_made: Callable[[MqttClientProtocol, asyncio.Transport], None] | None = None
         """Called once the transport is up (PROXY peer, client certificate user name)."""
@@ -173,10 +178,17 @@ class MqttClientProtocol(ClientOutput):
                         return
                 elif first & 0xF0 == 0x30:
                     # one plain PUBLISH: the common read of a device
-                    plain = plain_publish(data, conn.version, self.reader.max_packet_size)
-                    if plain is not None:
-                        topic, qos, packet_id, payload, head, tail = plain
-                        wire = (head, tail)
+                    plain = self._plain
+                    if plain is None:
+                        plain = self._plain = PlainRead()
+                    if read_plain(data, conn.version, self.reader.max_packet_size, plain):
+                        payload = plain.payload
+                        tail = plain.tail
+                        plain.payload = plain.tail = b""  # (not held past the read)
+                        topic = plain.topic
+                        qos = plain.qos
+                        packet_id = plain.packet_id
+                        wire = (plain.head, tail)
                         route_publish(conn, topic, qos, False, payload, None, packet_id, wire)
                         if conn.fanning_out:
                             self._defer([], None)
@@ -293,18 +305,23 @@ class MqttClientProtocol(ClientOutput):
         """Keep bytes read while the lease is not proven (``core.lease_fence``), reading
         paused meanwhile: what a client sends during a Redis outage stays in the kernel's
         buffers, not in this process (one read per connection at most)."""
-        if not self._fenced:
+        fenced = self._fenced
+        if fenced is None:
+            fenced = self._fenced = []
+        if not fenced:
             self._fence.hold(self._release_held)
             if self._transport is not None and not self._closing:
                 self._transport.pause_reading()
-        self._fenced.append(data)
+        fenced.append(data)
 
     def _release_held(self) -> None:
-        held, self._fenced = self._fenced, []
-        for data in held:
-            if self._closing:  # the node went offline meanwhile: nothing was acknowledged
-                return
-            self.data_received(data)
+        held = self._fenced
+        self._fenced = None
+        if held is not None:
+            for data in held:
+                if self._closing:  # the node went offline meanwhile: nothing was acknowledged
+                    return
+                self.data_received(data)
         if (
             not self._fenced  # (held again: the lease lapsed once more)
             and not self._held  # nor paused by the core (a throttle, the store)

@@ -5,12 +5,32 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from xmq.codec.packets import Publish
-from xmq.codec.plain_publish import _TOPICS, TOPIC_KEPT_BYTES, TOPICS_KEPT, plain_publish
+from xmq.codec.plain_publish import (
+    _TOPICS,
+    TOPIC_KEPT_BYTES,
+    TOPICS_KEPT,
+    PlainRead,
+    read_plain,
+)
 from xmq.codec.properties import Properties
 from xmq.codec.reader import PacketReader
 from xmq.codec.writer import encode, encode_publish_parts
 
 LIMIT = 1 << 20
+
+Fields = tuple[str, int, int, bytes, bytes, bytes]
+
+
+def plain_publish(
+    data: bytes, version: int, limit: int, into: PlainRead | None = None
+) -> Fields | None:
+    """``read_plain`` into ``into`` (a new ``PlainRead`` by default): its fields, or None."""
+    if into is None:
+        into = PlainRead()
+    if not read_plain(data, version, limit, into):
+        return None
+    return (into.topic, into.qos, into.packet_id, into.payload, into.head, into.tail)
+
 
 topics = st.text(
     alphabet=st.characters(codec="utf-8", blacklist_characters="\x00+#"),
@@ -153,3 +173,44 @@ def test_a_long_topic_is_decoded_each_time_not_kept() -> None:
     longest = "k" * TOPIC_KEPT_BYTES
     assert plain_publish(_v5(longest), 5, LIMIT) is not None
     assert longest.encode() in _TOPICS
+
+
+def test_a_connection_s_last_topic_is_taken_from_its_read_without_the_table() -> None:
+    """A ``head`` equal to the last read's names the same topic: its ``str`` comes from the
+    ``PlainRead`` (the same object, even with the table emptied meanwhile)."""
+    into = PlainRead()
+    first = plain_publish(_v5("memo/é/1"), 5, LIMIT, into)
+    assert first is not None and into.topic == "memo/é/1"
+    _TOPICS.clear()
+    again = plain_publish(_v5("memo/é/1"), 5, LIMIT, into)
+    assert again is not None and again[0] is first[0]
+    assert b"memo/\xc3\xa9/1" not in _TOPICS  # found without the table
+    dup = encode(Publish("memo/é/1", b"xy", qos=1, packet_id=9, dup=True), 5)
+    resent = plain_publish(dup, 5, LIMIT, into)
+    assert resent is not None and resent[0] is first[0] and resent[4] == first[4]
+
+
+def test_another_topic_of_the_same_length_is_not_taken_for_the_last() -> None:
+    into = PlainRead()
+    assert plain_publish(_v5("memo/1"), 5, LIMIT, into) is not None
+    other = plain_publish(_v5("memo/2"), 5, LIMIT, into)
+    assert other is not None and other[0] == "memo/2" and into.topic == "memo/2"
+    qos0 = plain_publish(_v5("memo/2", qos=0), 5, LIMIT, into)
+    assert qos0 is not None and qos0[:3] == ("memo/2", 0, 0)
+
+
+def test_a_read_left_to_the_reader_leaves_the_last_topic() -> None:
+    into = PlainRead()
+    assert plain_publish(_v5("memo/3"), 5, LIMIT, into) is not None
+    head = into.head
+    assert plain_publish(b"\x30\x05\x00\x03a\x00b", 5, LIMIT, into) is None
+    assert plain_publish(_v5("memo/3", topic_alias=1), 5, LIMIT, into) is None
+    assert into.head is head and into.topic == "memo/3"
+
+
+@pytest.mark.parametrize("qos", [0, 1])
+def test_three_one_one_s_payload_is_its_tail(qos: int) -> None:
+    """3.1.1 has no property byte: the payload is the bytes after the packet id, one slice."""
+    data = encode(Publish("t", b"payload", qos=qos, packet_id=qos), 4)
+    plain = plain_publish(data, 4, LIMIT)
+    assert plain is not None and plain[3] == b"payload" and plain[3] is plain[5]

@@ -11,7 +11,7 @@ import pytest
 
 from xmq.codec.errors import MalformedPacket
 from xmq.codec.packets import Publish
-from xmq.codec.plain_publish import plain_publish
+from xmq.codec.plain_publish import PlainRead, read_plain
 from xmq.codec.property_codec import decode_properties
 from xmq.codec.reader import PacketReader
 from xmq.codec.wire import read_varint
@@ -62,16 +62,16 @@ def test_reader_waits_for_a_split_long_header_then_decodes() -> None:
     ids=["non-minimal", "five-bytes"],
 )
 def test_a_bad_long_length_is_left_to_the_reader_which_refuses_it(data: bytes) -> None:
-    assert plain_publish(data, 5, 1 << 20) is None
+    assert not read_plain(data, 5, 1 << 20, PlainRead())
     with pytest.raises(MalformedPacket):
         PacketReader(protocol_version=5).feed(data)
 
 
 def test_plain_publish_reads_a_long_length() -> None:
     packet = encode(Publish("t/1", b"y" * 200, qos=1, packet_id=4), 5)
-    fields = plain_publish(packet, 5, 1 << 20)
-    assert fields is not None
-    assert fields[:4] == ("t/1", 1, 4, b"y" * 200)
+    fields = PlainRead()
+    assert read_plain(packet, 5, 1 << 20, fields)
+    assert (fields.topic, fields.qos, fields.packet_id, fields.payload) == ("t/1", 1, 4, b"y" * 200)
 
 
 def test_a_property_length_running_past_the_packet_is_malformed() -> None:

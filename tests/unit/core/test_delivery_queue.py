@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from xmq.codec.packets import MQTT_5, Publish
-from xmq.codec.plain_publish import plain_publish
+from xmq.codec.plain_publish import PlainRead, read_plain
 from xmq.codec.properties import Properties
 from xmq.codec.writer import encode
 from xmq.core import delivery_queue
@@ -133,9 +133,9 @@ def test_a_forgotten_queue_lets_its_messages_go() -> None:
 def _wired(n: int) -> Message:
     """A routed message with the publisher's wire bytes, as the plain-PUBLISH path makes."""
     publish = Publish(topic=f"p2p/{n}", payload=b"%d" % n, qos=1, packet_id=1)
-    plain = plain_publish(encode(publish, MQTT_5), MQTT_5, 1 << 20)
-    assert plain is not None
-    topic, qos, _, payload, head, tail = plain
+    plain = PlainRead()
+    assert read_plain(encode(publish, MQTT_5), MQTT_5, 1 << 20, plain)
+    topic, qos, payload, head, tail = plain.topic, plain.qos, plain.payload, plain.head, plain.tail
     return Message(topic, payload, qos, False, None, "pub", 0.0, (head, tail), MQTT_5)
 
 

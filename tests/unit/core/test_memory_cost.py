@@ -9,7 +9,7 @@ import tracemalloc
 import pytest
 
 from xmq.codec.packets import MQTT_5, Publish
-from xmq.codec.plain_publish import plain_publish
+from xmq.codec.plain_publish import PlainRead, read_plain
 from xmq.codec.writer import encode
 from xmq.core import delivery_queue
 from xmq.core.broker import Broker
@@ -42,9 +42,9 @@ def _offline_sessions(count: int, stats: BrokerStats) -> list[Session]:
 def _routed(n: int) -> Message:
     """A one-byte QoS 1 message as the plain-PUBLISH path builds it (with its wire bytes)."""
     data = encode(Publish(topic=f"bcast/{n:06d}", payload=b"x", qos=1, packet_id=1), MQTT_5)
-    plain = plain_publish(data, MQTT_5, 1 << 20)
-    assert plain is not None
-    topic, qos, _, payload, head, tail = plain
+    plain = PlainRead()
+    assert read_plain(data, MQTT_5, 1 << 20, plain)
+    topic, qos, payload, head, tail = plain.topic, plain.qos, plain.payload, plain.head, plain.tail
     return Message(topic, payload, qos, False, None, "publisher", 0.0, (head, tail), MQTT_5)
 
 
