@@ -55,6 +55,7 @@ class ClusterHub:
         self.store = store
         self.table = RouteTable()
         self.links: dict[str, PeerLink] = {}
+        self.resuming_links = 0  # of ``links``, those ``resuming`` (``links_changed``)
         self._all_links: set[PeerLink] = set()
         self._filters: dict[str, int] = {}
         self._shares: dict[tuple[str, str], int] = {}
@@ -135,6 +136,17 @@ class ClusterHub:
         """``link`` is the link to ``node`` (its HELLO handled)."""
         self.links[node] = link
         self._all_links.add(link)
+        self.links_changed()
+
+    def links_changed(self) -> None:
+        """A link joined or left ``links``, or one there started or stopped ``resuming``
+        (``PeerLink.resuming``): how many there resume, counted again (``may_hold`` reads
+        it per QoS 1 publish; links change rarely)."""
+        count = 0
+        for link in self.links.values():
+            if link.resuming:
+                count += 1
+        self.resuming_links = count
 
     def reads_shared_durable(self, node: str, reads: bool) -> None:
         """Whether ``node``'s link set FEATURE_SHARED_DURABLE (its HELLO)."""
@@ -266,6 +278,16 @@ class ClusterHub:
             message.forward_id = forward_id  # given once: see Message.forward_id
         return forward_id
 
+    def forward_raw(self, message: Message) -> bytes:
+        """``forward_id(message)`` as UTF-8, for the frame: a new id is made as bytes
+        (``RunIds.next_raw``: the same number, no ``str`` to encode) and given to the message
+        as that (``Message.give_forward_raw``; its ``str`` made only if read)."""
+        raw = message.forward_raw
+        if not raw:
+            raw = self.forward_ids.next_raw()
+            message.give_forward_raw(raw)  # given once: see Message.forward_id
+        return raw
+
     def encode(self, message: Message, qos: int, retain: bool) -> bytes:
         """The record of a message crossing a link, under its ``forward_id``."""
         return encode_record(
@@ -285,7 +307,7 @@ class ClusterHub:
         message, message.qos, message.retain))``, built in one piece (``publish_record``)."""
         return frames.publish_record(
             kept,
-            self.forward_id(message).encode(),
+            self.forward_raw(message),
             message.topic,
             message.payload,
             message.qos,
@@ -362,10 +384,7 @@ class ClusterHub:
             for sessions in table.durable.values():
                 if sessions:
                     return True
-        for link in self.links.values():  # noqa: SIM110 (``any``: a generator object a call)
-            if link.resuming:
-                return True
-        return False
+        return self.resuming_links > 0  # (kept by ``links_changed``: no walk per message)
 
     def retained_written(self, topic: str, forward_id: str, revision: int) -> None:
         """A retained change forwarded from here is written to Redis (``revision``; 0: not

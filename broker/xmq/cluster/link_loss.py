@@ -26,6 +26,7 @@ def drop_link(hub: ClusterHub, link: PeerLink, orphan: bool) -> None:
     orphans): its routes forgotten, what the peer never confirmed handed on."""
     if hub.links.get(link.peer_node) is link:
         del hub.links[link.peer_node]
+        hub.links_changed()
     hub.forget_unsent(link.peer_node)
     if (lost := hub.on_link_lost) is not None:
         lost(link.peer_node)

@@ -59,8 +59,8 @@ class PeerLink(asyncio.Protocol):
         "announced",
         "heartbeat",
         "last_heard",
+        "_resuming",
         "resumable",
-        "resuming",
         "published_in",
         "published_out",
         "received_shared",
@@ -124,7 +124,7 @@ class PeerLink(asyncio.Protocol):
         # FEATURE_RESUME on both ends: counted frames are kept (not written) while ``resuming``
         # (from HELLO until the peer's RESUME says where to start, and while the link is down)
         self.resumable = False
-        self.resuming = False
+        self._resuming = False  # (``resuming``: the hub counts its links' changes)
         self.heartbeat = False  # FEATURE_HEARTBEAT on both ends: PING each second
         self.snapshot_end = False  # FEATURE_SNAPSHOT_END on both ends: snapshots end with it
         self.retained_written = False  # FEATURE_RETAINED_WRITTEN on both ends
@@ -272,6 +272,18 @@ class PeerLink(asyncio.Protocol):
     def reading(self) -> bool:
         """Frames of one read are being handled (their confirmation follows the read)."""
         return self._reading
+
+    @property
+    def resuming(self) -> bool:
+        """FEATURE_RESUME on both ends: counted frames are kept (not written) from HELLO
+        until the peer's RESUME says where to start, and while the link is down."""
+        return self._resuming
+
+    @resuming.setter
+    def resuming(self, value: bool) -> None:
+        if value != self._resuming:
+            self._resuming = value
+            self.hub.links_changed()  # (its count of resuming links: ``may_hold``)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True

@@ -39,7 +39,7 @@ _EXPIRES: Final = 16
 @mypyc_attr(free_list_len=1)
 class Message:
     """One application message; immutable once routed (but for ``forward_id``, given once by
-    the cluster when the message first leaves this node: ``ClusterHub.encode``).
+    the cluster when the message first leaves this node: ``ClusterHub.forward_raw``).
 
     Compiled, the last one freed is kept for the next one made (``free_list_len=1``, as
     ``Delivery``): a point-to-point message is freed at its PUBACK and the next one is made
@@ -48,11 +48,12 @@ class Message:
     unset again in the one made from it."""
 
     __slots__ = (
+        "_forward_id",
+        "_forward_raw",
         "_key0",
         "_variants",
         "_wire0",
         "expires_at",
-        "forward_id",
         "origin",
         "payload",
         "properties",
@@ -66,11 +67,6 @@ class Message:
 
     expires_at: int | None
     """Broker-clock second at which the message expires (``None``: never)."""
-    forward_id: str
-    """The message's cluster-wide id (``<node>/<epoch>/f<n>``) once it has crossed a node link
-    (as sent, or as received), or from the start a persistent session's inbound QoS 2 message
-    id (``<incarnation>/q<packet id>.<generation>``, ``core.inbound_ids``: the same when the
-    PUBLISH is sent again to any node); ``''`` otherwise, and always without a cluster."""
     queued_refs: int
     """Queued deliveries of this message, unset until the first (see ``core.memory_cost``)."""
     queued_key: object
@@ -98,7 +94,8 @@ class Message:
         self.qos = qos
         self.retain = retain
         self.origin = origin
-        self.forward_id = forward_id
+        self._forward_id = forward_id
+        self._forward_raw = b""  # (``forward_raw``: the id as UTF-8, when given as that)
         self.size = len(payload) + len(topic)
         expires_at: int | None = None
         if properties is not None:
@@ -122,6 +119,38 @@ class Message:
         self._wire0 = _NO_WIRE if wire is None else wire
         self._variants: dict[object, EncodedPublish] | None = None
 
+    @property
+    def forward_id(self) -> str:
+        """The message's cluster-wide id (``<node>/<epoch>/f<n>``) once it has crossed a node
+        link (as sent, or as received), or from the start a persistent session's inbound QoS 2
+        message id (``<incarnation>/q<packet id>.<generation>``, ``core.inbound_ids``: the
+        same when the PUBLISH is sent again to any node); ``''`` otherwise, and always without
+        a cluster. An id given as UTF-8 (``give_forward_raw``) is decoded when first read."""
+        forward_id = self._forward_id
+        if not forward_id and self._forward_raw:
+            self._forward_id = forward_id = self._forward_raw.decode()
+        return forward_id
+
+    @forward_id.setter
+    def forward_id(self, forward_id: str) -> None:
+        self._forward_id = forward_id
+        self._forward_raw = b""
+
+    @property
+    def forward_raw(self) -> bytes:
+        """``forward_id`` as UTF-8 (``b''``: none), encoded once."""
+        raw = self._forward_raw
+        if not raw and self._forward_id:
+            self._forward_raw = raw = self._forward_id.encode()
+        return raw
+
+    def give_forward_raw(self, raw: bytes) -> None:
+        """Give the message its ``forward_id`` as UTF-8 (the cluster's forward of a message
+        that has none: ``ClusterHub.forward_raw``): the frame takes these bytes, the ``str``
+        is made only if something reads it."""
+        self._forward_id = ""
+        self._forward_raw = raw
+
     def plain(self) -> bytes | None:
         """This message as one ``bytes`` object (``None`` when it has properties: objects)
         with at most one of its cached wire variants: not an object the cyclic collector
@@ -133,7 +162,7 @@ class Message:
             key, (head, tail) = self._key0, self._wire0
         topic = self.topic.encode()
         origin = self.origin.encode() if self.origin is not None else b""
-        forward_id = self.forward_id.encode()
+        forward_id = self.forward_raw
         expires_at = self.expires_at
         flags = (
             self.qos

@@ -50,6 +50,35 @@ def test_a_message_gets_its_id_when_it_first_leaves_the_node() -> None:
     assert first.forward_id == "node-1/3/f1"
 
 
+def _frame_id(data: bytes) -> str:
+    """The record id of a PUBLISH frame (``publish_frame``)."""
+    return decode_record(FrameDecoder().feed(data)[0][1]).record_id
+
+
+def test_the_frame_s_id_is_made_as_bytes_and_is_the_message_s_id() -> None:
+    """``publish_frame`` gives a message without an id one as UTF-8 (``RunIds.next_raw``):
+    the same ids, in the same sequence, as ``encode``'s; the message reads it as its
+    ``forward_id``, every later frame and record of it carries it, and an id the message
+    had (an inbound QoS 2 id) is the one sent."""
+    hub, _ = _hub()
+    first, second, third = _message(b"1"), _message(b"2"), _message(b"3")
+    assert _frame_id(hub.publish_frame(first, True)) == "node-1/3/f1"
+    assert first.forward_raw == b"node-1/3/f1"
+    assert _frame_id(hub.publish_frame(first, False)) == "node-1/3/f1"  # kept
+    assert decode_record(hub.encode(second, 2, False)).record_id == "node-1/3/f2"
+    assert _frame_id(hub.publish_frame(third, True)) == "node-1/3/f3"
+    assert decode_record(hub.encode(first, 2, False)).record_id == "node-1/3/f1"
+    assert first.forward_id == "node-1/3/f1" and third.forward_id == "node-1/3/f3"
+    assert hub.forward_ids.last == 3  # (what a DSUB's ``since`` reads)
+    inbound = _message(b"4")
+    inbound.forward_id = "run/q7.1"  # given by the publisher's flow before the forward
+    assert _frame_id(hub.publish_frame(inbound, True)) == "run/q7.1"
+    assert hub.forward_ids.last == 3
+    assert Message.from_plain(third.plain() or b"").forward_id == "node-1/3/f3"
+    third.forward_id = "other"  # set: its bytes follow
+    assert third.forward_raw == b"other"
+
+
 async def test_the_receiver_keeps_the_sender_s_id_and_relays_it() -> None:
     sender, _ = _hub()
     record = sender.encode(_message(b"1"), 2, False)
