@@ -101,6 +101,9 @@ class RespConnection(asyncio.Protocol):
         # ``read_in_turns``' turn), 0.0 outside one: a reply's callback may take it as the time
         # of the reply, not read the clock again (``BatcherLink.reply_time``)
         self.read_at = 0.0
+        # the loop time at which the latest such read began (kept after it): a time no later
+        # than now, without a clock read (``RedisBatcher._defer``)
+        self.last_read_at = 0.0
 
     @classmethod
     async def open(cls, endpoint: RedisEndpoint | str, timeout_s: float = 2.0) -> RespConnection:
@@ -220,7 +223,7 @@ class RespConnection(asyncio.Protocol):
         outer = turn is not None and turn.begin_read()
         now = 0.0
         if outer:  # the read's time, once: its replies' callbacks' (``read_at``) and its end's
-            now = self.read_at = self._time()
+            now = self.read_at = self.last_read_at = self._time()
         try:
             self._feed(data)
             reply = gets()
