@@ -43,6 +43,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from mypy_extensions import mypyc_attr  # a runtime dependency (pyproject): a no-op when pure
+
 from xmq.codec.packets import MQTT_5
 from xmq.codec.reason_codes import ReasonCode
 from xmq.codec.writer import puback_bytes, pubcomp_bytes, pubrec_bytes
@@ -56,9 +58,14 @@ _PUBCOMP: Final = 0x70
 UNSPECIFIED_ERROR: Final = 0x80
 
 
+@mypyc_attr(free_list_len=1)
 class HeldAck:
     """The acknowledgement of one QoS 1/2 PUBLISH (or a PUBREL), sent once ``pending`` drops
-    to 0."""
+    to 0.
+
+    Compiled, the last one freed is kept for the next one made (``free_list_len=1``, as
+    ``Delivery`` and ``Message``): a durable message's held PUBACK is freed once sent and the
+    next message's is made from it, without the allocator's ``malloc`` and ``free``."""
 
     __slots__ = (
         "client_id",
@@ -150,12 +157,28 @@ class HeldAck:
 class AckGate:
     """The held acknowledgements of every publisher on this node."""
 
-    __slots__ = ("_by_conn", "_paused", "_pubcomps", "_qos2", "failed", "held", "limit")
+    __slots__ = (
+        "_by_conn",
+        "_one",
+        "_one_count",
+        "_paused",
+        "_pubcomps",
+        "_qos2",
+        "failed",
+        "held",
+        "limit",
+    )
 
     def __init__(self, limit: int) -> None:
         self.limit = max(1, limit)  # per connection: the server's Receive Maximum
         self.held = 0  # acknowledgements waiting now
         self.failed = 0  # acknowledgements refused: a record of the message was not written
+        # held acks per connection: the first connection counted while no other one is kept
+        # in a slot (``_one``, its count ``_one_count``), the others in ``_by_conn``; a
+        # connection is in one of them at most. At low rates each held ack is released before
+        # the next is counted: the slot, no dict insertion and removal per durable message.
+        self._one: ClientConnection | None = None
+        self._one_count = 0
         self._by_conn: dict[ClientConnection, int] = {}
         self._paused: set[ClientConnection] = set()
         self._qos2: dict[tuple[str, int], HeldAck] = {}  # held PUBRECs
@@ -247,24 +270,40 @@ class AckGate:
 
     def waiting(self, conn: ClientConnection) -> int:
         """Acknowledgements held for one connection."""
+        if conn is self._one:
+            return self._one_count
         return self._by_conn.get(conn, 0)
 
     def count(self, conn: ClientConnection) -> None:
         """One more held ack of ``conn`` (``HeldAck.waits``): at the server's Receive Maximum,
         it is not read until one goes."""
-        count = self._by_conn.get(conn, 0) + 1
-        self._by_conn[conn] = count
+        one = self._one
+        by_conn = self._by_conn
+        if conn is one:
+            count = self._one_count = self._one_count + 1
+        elif one is None and not by_conn:  # (none in the dict: ``conn`` is not there either)
+            self._one = conn
+            count = self._one_count = 1
+        else:
+            count = by_conn.get(conn, 0) + 1
+            by_conn[conn] = count
         if count >= self.limit and conn not in self._paused:
             self._paused.add(conn)  # its in-flight window is full: read no more for now
             conn.link.pause_reading()
 
     def _forget_conn(self, conn: ClientConnection) -> None:
-        by_conn = self._by_conn
-        count = by_conn.get(conn, 0) - 1
-        if count > 0:
-            by_conn[conn] = count
-        elif count == 0:  # (-1: it had none counted, so no entry)
-            del by_conn[conn]
+        if conn is self._one:
+            count = self._one_count - 1
+            self._one_count = count
+            if count == 0:
+                self._one = None
+        else:
+            by_conn = self._by_conn
+            count = by_conn.get(conn, 0) - 1
+            if count > 0:
+                by_conn[conn] = count
+            elif count == 0:  # (-1: it had none counted, so no entry)
+                del by_conn[conn]
         paused = self._paused  # (empty unless a publisher filled its window: no look-up)
         if paused and count < self.limit and conn in paused:
             paused.discard(conn)

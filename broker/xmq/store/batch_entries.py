@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, cast
 
+from mypy_extensions import mypyc_attr  # a runtime dependency (pyproject): a no-op when pure
+
 from xmq.store.resp_connection import encode_command
 
 if TYPE_CHECKING:
@@ -57,7 +59,14 @@ CoalescedItem = tuple[Combine, Any, Any, tuple[str, ...], Callback]
 made without a Python call. (An item is a durable write: kept, never failed fast.)"""
 
 
+@mypyc_attr(free_list_len=1)
 class BatchEntry:
+    """One command (or one script call of coalesced writes) queued, sent, retried.
+
+    Compiled, the last one freed is kept for the next one made (``free_list_len=1``, as
+    ``Delivery`` and ``Message``): at low rates a pipeline is one entry, freed at its reply,
+    and the next pipeline's is made from it, without the allocator's ``malloc`` and ``free``."""
+
     __slots__ = (
         "args",
         "batcher",

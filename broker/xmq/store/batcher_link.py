@@ -187,6 +187,12 @@ class BatcherLink:
         except Exception:
             log.exception("redis batcher flush failed")
 
+    def reply_time(self) -> float:
+        """The loop time at which the read handing out a reply now began
+        (``RespConnection.read_at``: read once per Redis read), 0.0 outside such a read."""
+        conn = self._conn
+        return conn.read_at if conn is not None else 0.0
+
     def replied(self, entry: BatchEntry, value: Any) -> None:
         """The reply of a command this batcher sent (``BatchEntry.__call__``)."""
         if entry.sent_at:  # it ended a timed pipeline: the round trip

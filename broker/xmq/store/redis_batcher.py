@@ -113,7 +113,13 @@ class RedisBatcher(BatcherLink):
             loop = self._loop
             if loop is None:
                 loop = self._loop = asyncio.get_running_loop()
-            self._deferred_at = loop.time()
+            # from the latest Redis read's time (read there once; at low rates the reply that
+            # delivered the message just acknowledged, a moment ago), never a later time than
+            # the clock's: the command still goes ``LAZY_FLUSH_S`` after it at the latest
+            # (sooner by the time since that read); no read of a turn yet: the clock's
+            conn = self._conn
+            since = conn.last_read_at if conn is not None else 0.0
+            self._deferred_at = since if since > 0.0 else loop.time()
             if self._lazy_timer is None:  # (else the timer armed earlier sees to it)
                 self._lazy_timer = loop.call_later(LAZY_FLUSH_S, self._lazy_flush)
 

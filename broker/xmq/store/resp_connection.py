@@ -97,6 +97,13 @@ class RespConnection(asyncio.Protocol):
         # the per-turn flush its reads are reads of (``read_in_turns``), and the loop's clock
         self._turn: TurnFlush | None = None
         self._time: Callable[[], float] = loop.time
+        # the loop time at which the read running now began (``data_received`` as a read of
+        # ``read_in_turns``' turn), 0.0 outside one: a reply's callback may take it as the time
+        # of the reply, not read the clock again (``BatcherLink.reply_time``)
+        self.read_at = 0.0
+        # the loop time at which the latest such read began (kept after it): a time no later
+        # than now, without a clock read (``RedisBatcher._defer``)
+        self.last_read_at = 0.0
 
     @classmethod
     async def open(cls, endpoint: RedisEndpoint | str, timeout_s: float = 2.0) -> RespConnection:
@@ -214,6 +221,9 @@ class RespConnection(asyncio.Protocol):
         waiting = self._waiting
         turn = self._turn
         outer = turn is not None and turn.begin_read()
+        now = 0.0
+        if outer:  # the read's time, once: its replies' callbacks' (``read_at``) and its end's
+            now = self.read_at = self.last_read_at = self._time()
         try:
             self._feed(data)
             reply = gets()
@@ -225,7 +235,8 @@ class RespConnection(asyncio.Protocol):
             self.close()  # not RESP: nothing after this can be matched to its command
         finally:
             if outer and turn is not None:
-                turn.end_read(self._time())
+                self.read_at = 0.0
+                turn.end_read(now)
 
     def connection_lost(self, exc: Exception | None) -> None:
         waiting, self._waiting = self._waiting, deque()

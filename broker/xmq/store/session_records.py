@@ -10,6 +10,8 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from mypy_extensions import mypyc_attr  # a runtime dependency (pyproject): a no-op when pure
+
 from xmq.contract.keys import ClusterKeys
 from xmq.contract.message_record import encode_record
 from xmq.contract.session_scripts import (
@@ -302,7 +304,10 @@ class SessionRecords:
             return
         store: object = session.store  # (typed as the port; this object is one)
         if store is self:
-            session.deliver_recorded(delivery, self.clock())
+            # the loop time the reply's read began (one clock read per Redis read, which the
+            # read's end needs anyway), else (outside such a read) the clock's
+            now = self.batcher.reply_time()
+            session.deliver_recorded(delivery, now if now > 0.0 else self.clock())
 
     def _written_reply(self, reply: Any) -> None:
         self._written()
@@ -322,11 +327,13 @@ class SessionRecords:
             conn.link.pause_reading()
 
 
+@mypyc_attr(free_list_len=1)
 class RecordWait:
     """What waits for one record's write with ``max_queued_writes`` 0: the batcher's callback
     (``SessionRecords.recorded`` with the record's session, delivery, hold and forwarded
     mark). One slotted object per record, where a closure was two (it and its call's
-    environment), each made, filled and freed per durable message."""
+    environment), each made, filled and freed per durable message. Compiled, the last one
+    freed is kept for the next one made (``free_list_len=1``, as ``Delivery``)."""
 
     __slots__ = ("delivery", "hold", "mark", "records", "session")
 

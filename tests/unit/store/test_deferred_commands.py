@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from tests.support.redis_server import RedisServer, running_redis
+from xmq.core.turn_flush import TurnFlush
 from xmq.store.redis_batcher import LAZY_FLUSH_S, RedisBatcher, ScriptCall, script_call
 from xmq.store.resp_connection import encode_command
 
@@ -190,4 +191,38 @@ async def test_a_command_waited_for_is_not_settled(server: RedisServer) -> None:
         await batcher.flush()
         assert (batcher.settled, batcher.idle) == (True, True)  # (a property: not narrowed)
     finally:
+        await batcher.close()
+
+
+async def test_with_a_turn_the_bound_starts_at_the_latest_read_and_still_holds(
+    server: RedisServer,
+) -> None:
+    """A broker's batcher reads in turns: a deferred command's bound starts at the latest Redis
+    read's time (no clock read), never later than the command was queued, so it still goes
+    within ``LAZY_FLUSH_S`` of it (sooner by the time since that read)."""
+    loop = asyncio.get_running_loop()
+    batcher = RedisBatcher(server.url, turn=TurnFlush(loop))
+    await batcher.start()
+    sync = server.client()
+    try:
+        sync.rpush("d6", b"a", b"b")
+        batcher.deferred(("LREM", "d6", 1, b"a"))  # arms the bound's timer
+        await asyncio.sleep(LAZY_FLUSH_S * 0.3)
+        assert await _answered(batcher, "PING") == b"PONG"  # carries it: a read of the turn
+        read = loop.time()
+        sent = batcher.pipelines  # (1: the PING carried it; 2 if a loaded loop let it go alone)
+        await asyncio.sleep(LAZY_FLUSH_S * 0.2)
+        queued = loop.time()
+        batcher.deferred(("LREM", "d6", 1, b"b"))
+        for _ in range(1000):
+            if _idle(batcher):
+                break
+            await asyncio.sleep(0.002)
+        gone = loop.time()
+        assert (batcher.pipelines, batcher.commands) == (sent + 1, sent + 2)
+        assert sync.llen("d6") == 0
+        assert gone - queued <= LAZY_FLUSH_S + 0.1  # its bound (and the reply, a loaded loop)
+        assert gone - read >= LAZY_FLUSH_S * 0.5  # (not at once: the bound from the read)
+    finally:
+        sync.close()
         await batcher.close()
