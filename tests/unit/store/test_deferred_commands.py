@@ -221,7 +221,7 @@ async def test_with_a_turn_the_bound_starts_at_the_latest_read_and_still_holds(
         gone = loop.time()
         assert (batcher.pipelines, batcher.commands) == (sent + 1, sent + 2)
         assert sync.llen("d6") == 0
-        assert gone - queued <= LAZY_FLUSH_S + 0.1  # its bound (and the reply, a loaded loop)
+        assert gone - queued <= LAZY_FLUSH_S + 0.5  # its bound (+ the reply on a loaded CI loop)
         assert gone - read >= LAZY_FLUSH_S * 0.5  # (not at once: the bound from the read)
     finally:
         sync.close()
