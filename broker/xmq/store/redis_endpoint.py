@@ -130,7 +130,8 @@ def redis_py_client(endpoint: RedisEndpoint, timeout_s: float) -> aioredis.Redis
         "socket_timeout": timeout_s,
         "socket_connect_timeout": timeout_s,
     }
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    # (Sentinel's __init__ is typed from redis 8.2 on: the ignore is unused there)
+    sentinel = Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(endpoint.sentinels),
         sentinel_kwargs={"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s},
     )
